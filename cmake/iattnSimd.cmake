@@ -1,0 +1,15 @@
+# iattn_add_simd_target(name): an INTERFACE target that turns on the xsimd packs.
+# xsimd 8.1's exported target drags `-lxtl`, so only its include directories are taken.
+function(iattn_add_simd_target name)
+  add_library(${name} INTERFACE)
+  target_link_libraries(${name} INTERFACE iattn)
+  find_package(xsimd CONFIG QUIET)
+  if(xsimd_FOUND)
+    get_target_property(_xsimd_inc xsimd INTERFACE_INCLUDE_DIRECTORIES)
+    target_include_directories(${name} SYSTEM INTERFACE ${_xsimd_inc})
+    target_compile_definitions(${name} INTERFACE IATTN_USE_XSIMD=1)
+    message(STATUS "iattn: SIMD through xsimd ${xsimd_VERSION}")
+  else()
+    message(STATUS "iattn: xsimd not found; iattn::simd evaluates at width 1")
+  endif()
+endfunction()

@@ -1,0 +1,169 @@
+// iattn/backend/cpu/bind.hpp: the data-dependent part of evaluation.
+//
+// GroupNorm's statistics depend on its own input, so it synchronises all channels of a group.
+// apply_full walks an expression that contains an unbound GroupNorm at full width (every channel),
+// computing statistics where they are needed; every GroupNorm-free subexpression still runs as a
+// slab-fused pass. bind_node returns a copy with every GroupNorm's statistics fixed from the
+// forward pass on X. is_bound tells whether an expression can be evaluated channel by channel.
+#pragma once
+
+#include "../../ops/flip.hpp"
+#include "../../ops/group_norm.hpp"
+#include "../../ops/product.hpp"
+#include "../../ops/row_normalize.hpp"
+#include "../../ops/scaled.hpp"
+#include "../../ops/sum.hpp"
+#include "parallel.hpp"
+#include "tile.hpp"
+
+#include <algorithm>
+#include <vector>
+
+namespace iattn::cpu_detail {
+
+/// Channels per slab: a multiple of every SIMD width, small enough to keep an (L, slab) column
+/// block in cache for moderate L.
+inline constexpr Index slab_width = 32;
+
+/// Y = H X for a bound expression, slab by slab (in parallel): the fused, channel-local pass.
+template <class T, class Node>
+Matrix<T> apply_slabs(const Node& n, const context& cx, const Matrix<T>& X, bool transposed = false) {
+  Matrix<T> Y(cx.L, cx.D);
+  if (cx.L == 0 || cx.D == 0) return Y;
+  const Index nslabs = (cx.D + slab_width - 1) / slab_width;
+  parallel_for(nslabs, [&](Index s) {
+    const Index c0 = s * slab_width, nc = std::min(slab_width, cx.D - c0);
+    std::vector<T> x(static_cast<std::size_t>(cx.L * nc)), y(static_cast<std::size_t>(cx.L * nc));
+    for (Index t = 0; t < cx.L; ++t) std::copy(X.row(t).data() + c0, X.row(t).data() + c0 + nc, x.data() + t * nc);
+    if (transposed) slab_eval<Node>::apply_t(n, cx, c0, nc, x.data(), y.data());
+    else slab_eval<Node>::apply(n, cx, c0, nc, x.data(), y.data());
+    for (Index t = 0; t < cx.L; ++t) std::copy(y.data() + t * nc, y.data() + (t + 1) * nc, Y.row(t).data() + c0);
+  });
+  return Y;
+}
+
+template <class T>
+Matrix<T> reverse_rows(const Matrix<T>& X) {
+  return X.colwise().reverse();
+}
+
+// ---- is_bound: no GroupNorm without statistics -------------------------------------------------
+template <class T>
+bool is_bound(const GroupNorm<T>& n);
+template <class A, class B>
+bool is_bound(const Product<A, B>& n);
+template <class A, class B>
+bool is_bound(const Sum<A, B>& n);
+template <class A>
+bool is_bound(const Scaled<A>& n);
+template <class A>
+bool is_bound(const Flip<A>& n);
+template <class A>
+bool is_bound(const RowNormalize<A>& n);
+
+template <class Node>
+bool is_bound(const Node&) {
+  static_assert(!has_group_norm_v<Node>, "iattn: missing is_bound overload for a node containing a GroupNorm");
+  return true;
+}
+template <class T>
+bool is_bound(const GroupNorm<T>& n) { return n.bound(); }
+template <class A, class B>
+bool is_bound(const Product<A, B>& n) { return is_bound(n.left()) && is_bound(n.right()); }
+template <class A, class B>
+bool is_bound(const Sum<A, B>& n) { return is_bound(n.left()) && is_bound(n.right()); }
+template <class A>
+bool is_bound(const Scaled<A>& n) { return is_bound(n.inner()); }
+template <class A>
+bool is_bound(const Flip<A>& n) { return is_bound(n.inner()); }
+template <class A>
+bool is_bound(const RowNormalize<A>& n) { return is_bound(n.inner()); }
+
+// ---- bind_node: fix statistics from X ------------------------------------------------------------
+template <class T, class Node>
+Node bind_node(const Node& n, const context&, const Matrix<T>&) {
+  static_assert(!has_group_norm_v<Node>, "iattn: missing bind overload for a node containing a GroupNorm");
+  return n;
+}
+template <class T, class A, class B>
+Product<A, B> bind_node(const Product<A, B>& n, const context& cx, const Matrix<T>& X);
+template <class T, class A, class B>
+Sum<A, B> bind_node(const Sum<A, B>& n, const context& cx, const Matrix<T>& X);
+template <class T, class A>
+Scaled<A> bind_node(const Scaled<A>& n, const context& cx, const Matrix<T>& X);
+template <class T, class A>
+Flip<A> bind_node(const Flip<A>& n, const context& cx, const Matrix<T>& X);
+template <class T, class A>
+RowNormalize<A> bind_node(const RowNormalize<A>& n, const context& cx, const Matrix<T>& X);
+template <class T>
+GroupNorm<T> bind_node(const GroupNorm<T>& n, const context& cx, const Matrix<T>& X) {
+  n.check_input(X.rows(), X.cols(), "bind");
+  return n.bound_to(n.compute(X.data(), cx.L, cx.D));
+}
+
+// ---- apply_full: Y = H X at full width, computing statistics on the way --------------------------
+template <class T, class Node>
+Matrix<T> apply_full(const Node& n, const context& cx, const Matrix<T>& X) {
+  static_assert(!has_group_norm_v<Node>, "iattn: missing apply_full overload for a node containing a GroupNorm");
+  return apply_slabs(n, cx, X);
+}
+template <class T>
+Matrix<T> apply_full(const GroupNorm<T>& n, const context& cx, const Matrix<T>& X) {
+  if (n.bound()) return apply_slabs(n, cx, X);
+  return apply_slabs(bind_node(n, cx, X), cx, X);
+}
+template <class T, class A, class B>
+Matrix<T> apply_full(const Product<A, B>& n, const context& cx, const Matrix<T>& X) {
+  if constexpr (!has_group_norm_v<Product<A, B>>) return apply_slabs(n, cx, X);
+  else return apply_full(n.left(), cx, apply_full(n.right(), cx, X));
+}
+template <class T, class A, class B>
+Matrix<T> apply_full(const Sum<A, B>& n, const context& cx, const Matrix<T>& X) {
+  if constexpr (!has_group_norm_v<Sum<A, B>>) return apply_slabs(n, cx, X);
+  else return apply_full(n.left(), cx, X) + apply_full(n.right(), cx, X);
+}
+template <class T, class A>
+Matrix<T> apply_full(const Scaled<A>& n, const context& cx, const Matrix<T>& X) {
+  if constexpr (!has_group_norm_v<A>) return apply_slabs(n, cx, X);
+  else return T(n.factor()) * apply_full(n.inner(), cx, X);
+}
+template <class T, class A>
+Matrix<T> apply_full(const Flip<A>& n, const context& cx, const Matrix<T>& X) {
+  if constexpr (!has_group_norm_v<A>) return apply_slabs(n, cx, X);
+  else return reverse_rows<T>(apply_full(n.inner(), cx, reverse_rows<T>(X)));
+}
+template <class T, class A>
+Matrix<T> apply_full(const RowNormalize<A>& n, const context& cx, const Matrix<T>& X) {
+  if constexpr (!has_group_norm_v<A>) return apply_slabs(n, cx, X);
+  else return apply_slabs(bind_node(n, cx, X), cx, X);
+}
+
+// ---- bind_node definitions -------------------------------------------------------------------------
+template <class T, class A, class B>
+Product<A, B> bind_node(const Product<A, B>& n, const context& cx, const Matrix<T>& X) {
+  B b = bind_node(n.right(), cx, X);
+  if constexpr (has_group_norm_v<A>) {
+    const Matrix<T> V = apply_slabs(b, cx, X);
+    return Product<A, B>(bind_node(n.left(), cx, V), std::move(b));
+  } else {
+    return Product<A, B>(n.left(), std::move(b));
+  }
+}
+template <class T, class A, class B>
+Sum<A, B> bind_node(const Sum<A, B>& n, const context& cx, const Matrix<T>& X) {
+  return Sum<A, B>(bind_node(n.left(), cx, X), bind_node(n.right(), cx, X));
+}
+template <class T, class A>
+Scaled<A> bind_node(const Scaled<A>& n, const context& cx, const Matrix<T>& X) {
+  return Scaled<A>(n.factor(), bind_node(n.inner(), cx, X));
+}
+template <class T, class A>
+Flip<A> bind_node(const Flip<A>& n, const context& cx, const Matrix<T>& X) {
+  return Flip<A>(bind_node(n.inner(), cx, reverse_rows<T>(X)));
+}
+template <class T, class A>
+RowNormalize<A> bind_node(const RowNormalize<A>& n, const context& cx, const Matrix<T>& X) {
+  return RowNormalize<A>(bind_node(n.inner(), cx, X));
+}
+
+}  // namespace iattn::cpu_detail

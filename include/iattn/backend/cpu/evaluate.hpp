@@ -1,0 +1,101 @@
+// iattn/backend/cpu/evaluate.hpp: the CPU drivers behind apply, materialize, materialize_mean,
+// row, col and block: they set up the context, cut the work into slabs or tiles and run them in
+// parallel. Checks happen in iattn/evaluate.hpp before anything here runs.
+#pragma once
+
+#include "algebra.hpp"
+#include "bind.hpp"
+#include "causal_conv.hpp"
+#include "diagonal.hpp"
+#include "linear_recurrence.hpp"
+#include "parallel.hpp"
+#include "product.hpp"
+#include "semiseparable.hpp"
+#include "softmax_attention.hpp"
+#include "tile.hpp"
+
+#include <algorithm>
+#include <optional>
+#include <vector>
+
+namespace iattn::cpu_detail {
+
+/// Writes tile (bi, bj) of channel c's matrix, or zeros where the structure says so.
+template <class Node, class T>
+void structured_block(const channel_eval<Node, T>& ev, Index i0, Index i1, Index j0, Index j1, tile<T> out) {
+  if ((is_lower_v<Node> && j0 >= i1) || (is_upper_v<Node> && i0 >= j1)) {
+    out.set_zero();
+    return;
+  }
+  ev.block(i0, i1, j0, j1, out);
+}
+
+template <class T, class Node>
+Matrix<T> materialize(const Node& n, const context& cx, Index c) {
+  Matrix<T> out(cx.L, cx.L);
+  if (cx.L == 0) return out;
+  const channel_eval<Node, T> ev(n, cx, c);
+  const Index nb = (cx.L + tile_size - 1) / tile_size;
+  parallel_for(nb, [&](Index bi) {
+    const Index i0 = bi * tile_size, i1 = std::min(cx.L, i0 + tile_size);
+    for (Index bj = 0; bj < nb; ++bj) {
+      const Index j0 = bj * tile_size, j1 = std::min(cx.L, j0 + tile_size);
+      structured_block(ev, i0, i1, j0, j1, tile<T>{out.data() + i0 * cx.L + j0, i1 - i0, j1 - j0, cx.L});
+    }
+  });
+  return out;
+}
+
+/// Mean over channels, accumulated tile by tile: channel evaluators are prepared a chunk of
+/// channels at a time, so memory is O(L^2) for the result plus O(chunk * L * N).
+template <class T, class Node>
+Matrix<T> materialize_mean(const Node& n, const context& cx) {
+  Matrix<T> out = Matrix<T>::Zero(cx.L, cx.L);
+  if (cx.L == 0 || cx.D == 0) return out;
+  const Index nb = (cx.L + tile_size - 1) / tile_size;
+  struct tile_id { Index bi, bj; };
+  std::vector<tile_id> tiles;
+  for (Index bi = 0; bi < nb; ++bi)
+    for (Index bj = 0; bj < nb; ++bj) {
+      if (is_lower_v<Node> && bj > bi) continue;
+      if (is_upper_v<Node> && bj < bi) continue;
+      tiles.push_back({bi, bj});
+    }
+  const Index chunk = std::max<Index>(1, std::min<Index>(cx.D, 64));
+  for (Index c0 = 0; c0 < cx.D; c0 += chunk) {
+    const Index nc = std::min(chunk, cx.D - c0);
+    std::vector<std::optional<channel_eval<Node, T>>> evs(static_cast<std::size_t>(nc));
+    parallel_for(nc, [&](Index j) { evs[std::size_t(j)].emplace(n, cx, c0 + j); });
+    parallel_for(Index(tiles.size()), [&](Index k) {
+      const Index i0 = tiles[std::size_t(k)].bi * tile_size, i1 = std::min(cx.L, i0 + tile_size);
+      const Index j0 = tiles[std::size_t(k)].bj * tile_size, j1 = std::min(cx.L, j0 + tile_size);
+      tile_buffer<T> tmp(i1 - i0, j1 - j0);
+      tile<T> dst{out.data() + i0 * cx.L + j0, i1 - i0, j1 - j0, cx.L};
+      for (const auto& ev : evs) {
+        ev->block(i0, i1, j0, j1, tmp.view);
+        dst.map() += tmp.view.map();
+      }
+    });
+  }
+  out *= T(1) / T(cx.D);
+  return out;
+}
+
+/// (D, L): row t (transposed apply of e_t) or column s (apply of e_s) of every channel's matrix.
+template <class T, class Node>
+Matrix<T> row_or_col(const Node& n, const context& cx, Index k, bool is_row) {
+  Matrix<T> E = Matrix<T>::Zero(cx.L, cx.D);
+  E.row(k).setOnes();
+  return apply_slabs(n, cx, E, is_row).transpose();
+}
+
+template <class T, class Node>
+Matrix<T> block(const Node& n, const context& cx, Index c, range rows, range cols) {
+  Matrix<T> out(rows.size(), cols.size());
+  if (rows.size() == 0 || cols.size() == 0) return out;
+  const channel_eval<Node, T> ev(n, cx, c);
+  structured_block(ev, rows.begin, rows.end, cols.begin, cols.end, tile<T>{out.data(), rows.size(), cols.size(), cols.size()});
+  return out;
+}
+
+}  // namespace iattn::cpu_detail

@@ -1,0 +1,34 @@
+// iattn/backend/cpu/parallel.hpp: the loop layer. OpenMP when the consumer compiles with it
+// (target iattn::openmp); a plain loop otherwise. Bodies must not throw: every check runs before.
+#pragma once
+
+#include "../../core/config.hpp"
+
+#if defined(_OPENMP)
+#include <omp.h>
+#endif
+
+namespace iattn::cpu_detail {
+
+/// body(i) for i in [0, n), spread over threads with dynamic scheduling.
+template <class Body>
+inline void parallel_for(Index n, Body&& body) {
+#if defined(_OPENMP)
+  if (n > 1 && !omp_in_parallel()) {
+#pragma omp parallel for schedule(dynamic, 1)
+    for (Index i = 0; i < n; ++i) body(i);
+    return;
+  }
+#endif
+  for (Index i = 0; i < n; ++i) body(i);
+}
+
+inline int max_threads() {
+#if defined(_OPENMP)
+  return omp_get_max_threads();
+#else
+  return 1;
+#endif
+}
+
+}  // namespace iattn::cpu_detail

@@ -1,0 +1,187 @@
+// iattn/evaluate.hpp: the ways to evaluate an expression H (design section 3).
+//
+//   apply(H, X)                 Y = H X, (L, D), O(L*D*N); never forms an L x L matrix
+//   materialize(H, c)           H^c, (L, L), by stable blocked rank-N tiles
+//   materialize_mean(H)         mean over channels of H^c, (L, L), no per-channel L x L temporaries
+//   row(H, t), col(H, s)        row t / column s of every channel's matrix, (D, L), O(L*D*N)
+//   block(H, c, rows, cols)     a tile of H^c, for L too large to materialize
+//   bind(H, X)                  H with every GroupNorm's statistics fixed from the forward pass on X
+//
+// Each takes an optional backend tag first (`apply(iattn::cpu{}, H, X)`; cpu is the default).
+// An expression without a fixed length (only convolutions, constant diagonals, the identity) takes
+// L as a trailing argument: materialize(H, c, L). Bad arguments throw std::invalid_argument naming
+// the argument, its shape and the expected one.
+#pragma once
+
+#include "backend/cpu/evaluate.hpp"
+#include "core/backend.hpp"
+#include "core/error.hpp"
+#include "core/traits.hpp"
+
+#include <string>
+#include <type_traits>
+
+namespace iattn {
+
+namespace detail {
+
+template <class H, class XS>
+using eval_scalar_t = std::conditional_t<std::is_void_v<typename H::scalar>, XS, typename H::scalar>;
+
+inline std::string extent_string(Index v, const char* letter) {
+  return v == any ? std::string(letter) : std::string(letter) + "=" + std::to_string(v);
+}
+
+template <class H>
+void check_input(const H& h, Index rows, Index cols, const char* where, const char* argument) {
+  const bool ok = (h.length() == any || rows == h.length()) && (h.channels() == any || cols == h.channels());
+  require_shape(ok, where, argument, rows, cols,
+                "(" + extent_string(h.length(), "L") + ", " + extent_string(h.channels(), "D") + ")");
+}
+
+/// L from the expression, or from the caller where the expression does not fix it.
+template <class H>
+Index resolve_length(const H& h, Index L, const char* where) {
+  if (h.length() != any) {
+    if (L != any && L != h.length())
+      fail(where, "L is " + std::to_string(L) + " but the expression has length " + std::to_string(h.length()));
+    return h.length();
+  }
+  if (L == any) fail(where, "the expression does not fix the length L; pass it as the last argument");
+  if (L < 0) fail(where, "L is " + std::to_string(L) + " but must be >= 0");
+  return L;
+}
+
+template <class H>
+void require_bound(const H& h, const char* where) {
+  if (!cpu_detail::is_bound(h))
+    fail(where, "the expression contains an unbound GroupNorm, whose statistics depend on the input; call "
+                "bind(H, X) first");
+}
+
+template <class H>
+void check_channel(const H& h, Index c, const char* where) {
+  if (c < 0 || (h.channels() != any && c >= h.channels()))
+    fail(where, "channel c = " + std::to_string(c) + " is out of range [0, " +
+                    (h.channels() == any ? std::string("D") : std::to_string(h.channels())) + ")");
+}
+
+template <class H>
+Index resolve_channels(const H& h, Index c_hint) {
+  return h.channels() == any ? c_hint + 1 : h.channels();
+}
+
+}  // namespace detail
+
+/// Y = H X. X is (L, D); any Eigen dense expression, evaluated once into the row-major layout.
+template <Operator H, class XD>
+Matrix<detail::eval_scalar_t<H, typename XD::Scalar>> apply(cpu, const H& h, const Eigen::MatrixBase<XD>& X) {
+  using T = detail::eval_scalar_t<H, typename XD::Scalar>;
+  static_assert(std::is_same_v<T, typename XD::Scalar>, "apply: X must have the expression's scalar type");
+  detail::check_input(h, X.rows(), X.cols(), "apply", "X");
+  const Matrix<T>& x = X.derived();  // no copy when X already is a Matrix<T>
+  const cpu_detail::context cx{x.rows(), x.cols()};
+  return cpu_detail::apply_full(h, cx, x);
+}
+template <Operator H, class XD>
+auto apply(const H& h, const Eigen::MatrixBase<XD>& X) {
+  return apply(cpu{}, h, X);
+}
+
+/// H with every GroupNorm's statistics fixed from the forward pass on X (L, D): the frozen linear
+/// map at X. apply(bind(H, X), X) == apply(H, X); materialize and friends need a bound expression.
+template <Operator H, class XD>
+H bind(cpu, const H& h, const Eigen::MatrixBase<XD>& X) {
+  using T = detail::eval_scalar_t<H, typename XD::Scalar>;
+  static_assert(std::is_same_v<T, typename XD::Scalar>, "bind: X must have the expression's scalar type");
+  detail::check_input(h, X.rows(), X.cols(), "bind", "X");
+  const Matrix<T>& x = X.derived();
+  return cpu_detail::bind_node(h, cpu_detail::context{x.rows(), x.cols()}, x);
+}
+template <Operator H, class XD>
+H bind(const H& h, const Eigen::MatrixBase<XD>& X) {
+  return bind(cpu{}, h, X);
+}
+
+/// Channel c's (L, L) matrix.
+template <Operator H>
+auto materialize(cpu, const H& h, Index c, Index L = any) {
+  using T = detail::eval_scalar_t<H, double>;
+  static_assert(!std::is_void_v<typename H::scalar> || sizeof(H) == 0,
+                "materialize: the expression has no scalar type (only the identity); scale a typed operator");
+  L = detail::resolve_length(h, L, "materialize");
+  detail::check_channel(h, c, "materialize");
+  detail::require_bound(h, "materialize");
+  return cpu_detail::materialize<T>(h, cpu_detail::context{L, detail::resolve_channels(h, c)}, c);
+}
+template <Operator H>
+auto materialize(const H& h, Index c, Index L = any) {
+  return materialize(cpu{}, h, c, L);
+}
+
+/// Mean over the D channels of H^c, (L, L).
+template <Operator H>
+auto materialize_mean(cpu, const H& h, Index L = any) {
+  using T = detail::eval_scalar_t<H, double>;
+  L = detail::resolve_length(h, L, "materialize_mean");
+  if (h.channels() == any) detail::fail("materialize_mean", "the expression does not fix the channel count D");
+  detail::require_bound(h, "materialize_mean");
+  return cpu_detail::materialize_mean<T>(h, cpu_detail::context{L, h.channels()});
+}
+template <Operator H>
+auto materialize_mean(const H& h, Index L = any) {
+  return materialize_mean(cpu{}, h, L);
+}
+
+/// Row t of every channel's matrix, (D, L): result(c, s) = H^c[t, s].
+template <Operator H>
+auto row(cpu, const H& h, Index t, Index L = any) {
+  using T = detail::eval_scalar_t<H, double>;
+  L = detail::resolve_length(h, L, "row");
+  if (t < 0 || t >= L) detail::fail("row", "t = " + std::to_string(t) + " is out of range [0, L=" + std::to_string(L) + ")");
+  if (h.channels() == any) detail::fail("row", "the expression does not fix the channel count D");
+  detail::require_bound(h, "row");
+  return cpu_detail::row_or_col<T>(h, cpu_detail::context{L, h.channels()}, t, true);
+}
+template <Operator H>
+auto row(const H& h, Index t, Index L = any) {
+  return row(cpu{}, h, t, L);
+}
+
+/// Column s of every channel's matrix, (D, L): result(c, t) = H^c[t, s].
+template <Operator H>
+auto col(cpu, const H& h, Index s, Index L = any) {
+  using T = detail::eval_scalar_t<H, double>;
+  L = detail::resolve_length(h, L, "col");
+  if (s < 0 || s >= L) detail::fail("col", "s = " + std::to_string(s) + " is out of range [0, L=" + std::to_string(L) + ")");
+  if (h.channels() == any) detail::fail("col", "the expression does not fix the channel count D");
+  detail::require_bound(h, "col");
+  return cpu_detail::row_or_col<T>(h, cpu_detail::context{L, h.channels()}, s, false);
+}
+template <Operator H>
+auto col(const H& h, Index s, Index L = any) {
+  return col(cpu{}, h, s, L);
+}
+
+/// The tile H^c[rows, cols], (rows.size(), cols.size()).
+template <Operator H>
+auto block(cpu, const H& h, Index c, range rows, range cols, Index L = any) {
+  using T = detail::eval_scalar_t<H, double>;
+  L = detail::resolve_length(h, L, "block");
+  detail::check_channel(h, c, "block");
+  auto check = [&](range r, const char* name) {
+    if (r.begin < 0 || r.end < r.begin || r.end > L)
+      detail::fail("block", std::string(name) + " = [" + std::to_string(r.begin) + ", " + std::to_string(r.end) +
+                                ") is not a range inside [0, L=" + std::to_string(L) + ")");
+  };
+  check(rows, "rows");
+  check(cols, "cols");
+  detail::require_bound(h, "block");
+  return cpu_detail::block<T>(h, cpu_detail::context{L, detail::resolve_channels(h, c)}, c, rows, cols);
+}
+template <Operator H>
+auto block(const H& h, Index c, range rows, range cols, Index L = any) {
+  return block(cpu{}, h, c, rows, cols, L);
+}
+
+}  // namespace iattn

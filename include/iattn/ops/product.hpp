@@ -1,0 +1,50 @@
+// iattn/ops/product.hpp: Product<A, B>, per channel the matrix product A^c B^c (apply B, then A).
+//
+// Structure: lower if both are lower, upper if both are upper. Operands are held by value: a node
+// is a few pointers, and its coefficients follow the lifetime rule of core/coefficient.hpp.
+// The evaluators take the structured rewrites (diagonal factors fold into row/column scalings,
+// a causal convolution on either side becomes a banded correlation); see backend/cpu/product.hpp.
+#pragma once
+
+#include "../core/error.hpp"
+#include "../core/traits.hpp"
+
+#include <type_traits>
+#include <utility>
+
+namespace iattn {
+
+template <Operator A, Operator B>
+class Product : public op_base {
+ public:
+  using scalar = common_scalar_t<A, B>;
+
+  Product(A a, B b) : a_(std::move(a)), b_(std::move(b)) {
+    length_ = detail::merge_extent(a_.length(), b_.length(), "product", "the length L");
+    channels_ = detail::merge_extent(a_.channels(), b_.channels(), "product", "the channel count D");
+  }
+  Index length() const { return length_; }
+  Index channels() const { return channels_; }
+  const A& left() const { return a_; }
+  const B& right() const { return b_; }
+
+ private:
+  A a_;
+  B b_;
+  Index length_, channels_;
+};
+
+template <class A, class B>
+inline constexpr bool is_lower_v<Product<A, B>> = is_lower_v<A> && is_lower_v<B>;
+template <class A, class B>
+inline constexpr bool is_upper_v<Product<A, B>> = is_upper_v<A> && is_upper_v<B>;
+template <class A, class B>
+inline constexpr bool has_group_norm_v<Product<A, B>> = has_group_norm_v<A> || has_group_norm_v<B>;
+
+/// A * B: per channel, the matrix product.
+template <Operator A, Operator B>
+Product<std::remove_cvref_t<A>, std::remove_cvref_t<B>> operator*(A&& a, B&& b) {
+  return {std::forward<A>(a), std::forward<B>(b)};
+}
+
+}  // namespace iattn

@@ -1,0 +1,128 @@
+// iattn/ops/semiseparable.hpp: Semiseparable(lambda, B, C), the selective state-space matrix
+//   H^c[t, s] = sum_m C_t[g, m] * exp(sum_{k=s+1..t} lambda_k[h, m]) * B_s[g, m]     (s <= t)
+// for channel c in head h = c / P, whose B/C group is g = h / (H/G).
+//
+//   lambda  (L, H*Nd)  log-decay, Nd = N (per-state decay: Mamba-1, GLA, RWKV-6, HGRN2) or
+//                      Nd = 1 (one decay per head: Mamba-2/SSD, RetNet, linear attention)
+//   B, C    (L, G*N)   input and output projections of the state
+//   bonus   (H, N)     only in the strict form (below)
+// Channels D = H * P.   Causal: yes.
+//
+// lambda <= 0 is the normal case (decay in (0, 1]); lambda = -inf is a reset (decay exactly 0).
+// Decays are only ever summed over a range and exponentiated, never differenced, so -inf is exact
+// and no exp argument is positive when lambda <= 0.
+//
+// Strict-with-bonus form (RWKV): for s < t the decay sum runs over k = s+1..t-1, and the diagonal is
+//   H^c[t, t] = sum_m C_t[g, m] * bonus[h, m] * B_t[g, m].
+#pragma once
+
+#include "../core/coefficient.hpp"
+#include "../core/error.hpp"
+#include "../core/traits.hpp"
+
+#include <string>
+
+namespace iattn {
+
+struct semiseparable_options {
+  Index heads = 0;     ///< H (required): lambda has H*N columns (per-state) or H (per head)
+  Index head_dim = 1;  ///< P channels per head; D = H*P (Mamba-1: H = D, P = 1)
+  Index groups = 1;    ///< G groups of B/C; must divide H
+  Index state = 0;     ///< N; 0 infers N = B.cols() / G
+  bool strict = false; ///< strict-with-bonus form (the bonus is given to the 5-argument factory)
+};
+
+template <Scalar T>
+class Semiseparable : public op_base {
+ public:
+  using scalar = T;
+
+  Semiseparable(coefficient<T> lambda, coefficient<T> B, coefficient<T> C, coefficient<T> bonus,
+                semiseparable_options o)
+      : lambda_(std::move(lambda)), B_(std::move(B)), C_(std::move(C)), bonus_(std::move(bonus)), o_(o) {
+    const char* where = "semiseparable";
+    using detail::fail;
+    using std::to_string;
+    if (o_.heads < 1) fail(where, "options.heads is " + to_string(o_.heads) + " but must be >= 1 (H)");
+    if (o_.head_dim < 1) fail(where, "options.head_dim is " + to_string(o_.head_dim) + " but must be >= 1 (P)");
+    if (o_.groups < 1 || o_.heads % o_.groups != 0)
+      fail(where, "options.groups is " + to_string(o_.groups) + " but must divide heads = " + to_string(o_.heads));
+    const Index L = lambda_.rows();
+    if (L < 1) detail::require_shape(false, where, "lambda", lambda_.rows(), lambda_.cols(), "(L, H*N) or (L, H) with L >= 1");
+    if (o_.state == 0) {
+      if (B_.cols() % o_.groups != 0 || B_.cols() == 0)
+        detail::require_shape(false, where, "B", B_.rows(), B_.cols(),
+                              "(L=" + to_string(L) + ", G*N) with G = " + to_string(o_.groups));
+      o_.state = B_.cols() / o_.groups;
+    }
+    const Index N = o_.state, G = o_.groups, H = o_.heads;
+    const std::string gn = "(L=" + to_string(L) + ", G*N=" + to_string(G * N) + ")";
+    detail::require_shape(B_.rows() == L && B_.cols() == G * N, where, "B", B_.rows(), B_.cols(), gn);
+    detail::require_shape(C_.rows() == L && C_.cols() == G * N, where, "C", C_.rows(), C_.cols(), gn);
+    detail::require_shape(lambda_.cols() == H * N || lambda_.cols() == H, where, "lambda", lambda_.rows(),
+                          lambda_.cols(),
+                          "(L, H*N=" + to_string(H * N) + ") for per-state decay or (L, H=" + to_string(H) +
+                              ") for one decay per head");
+    if (!bonus_.empty()) {
+      o_.strict = true;
+      detail::require_shape(bonus_.rows() == H && bonus_.cols() == N, where, "bonus", bonus_.rows(),
+                            bonus_.cols(), "(H=" + to_string(H) + ", N=" + to_string(N) + ")");
+    }
+  }
+
+  Index length() const { return lambda_.rows(); }
+  Index channels() const { return o_.heads * o_.head_dim; }
+  Index heads() const { return o_.heads; }
+  Index head_dim() const { return o_.head_dim; }
+  Index groups() const { return o_.groups; }
+  Index state() const { return o_.state; }
+  /// True when lambda has one column per (head, state): Nd = N. False: Nd = 1.
+  bool per_state() const { return lambda_.cols() != o_.heads; }
+  bool strict() const { return o_.strict; }
+  bool has_bonus() const { return !bonus_.empty(); }
+
+  IATTN_HOST_DEVICE Index head_of(Index c) const { return c / o_.head_dim; }
+  IATTN_HOST_DEVICE Index group_of_head(Index h) const { return h / (o_.heads / o_.groups); }
+
+  const coefficient<T>& lambda() const { return lambda_; }
+  const coefficient<T>& B() const { return B_; }
+  const coefficient<T>& C() const { return C_; }
+  const coefficient<T>& bonus() const { return bonus_; }
+  const semiseparable_options& options() const { return o_; }
+
+ private:
+  coefficient<T> lambda_, B_, C_, bonus_;
+  semiseparable_options o_;
+};
+
+template <class T>
+inline constexpr bool is_lower_v<Semiseparable<T>> = true;
+
+/// S(lambda, B, C): lambda (L, H*N) or (L, H) log-decays, B and C (L, G*N).
+template <class LA, class BE, class CE>
+Semiseparable<detail::scalar_of<LA>> semiseparable(LA&& lambda, BE&& B, CE&& C, semiseparable_options o) {
+  using T = detail::scalar_of<LA>;
+  static_assert(std::is_same_v<T, detail::scalar_of<BE>> && std::is_same_v<T, detail::scalar_of<CE>>,
+                "semiseparable: lambda, B and C must share a scalar type");
+  return Semiseparable<T>(detail::make_coefficient(std::forward<LA>(lambda)),
+                          detail::make_coefficient(std::forward<BE>(B)),
+                          detail::make_coefficient(std::forward<CE>(C)), coefficient<T>{}, o);
+}
+
+/// Strict-with-bonus form (RWKV): as above, with the decay product over k = s+1..t-1 for s < t and
+/// the diagonal sum_m C_t[m] bonus[h, m] B_t[m]; bonus is (H, N).
+template <class LA, class BE, class CE, class UE>
+Semiseparable<detail::scalar_of<LA>> semiseparable(LA&& lambda, BE&& B, CE&& C, UE&& bonus,
+                                                   semiseparable_options o) {
+  using T = detail::scalar_of<LA>;
+  static_assert(std::is_same_v<T, detail::scalar_of<BE>> && std::is_same_v<T, detail::scalar_of<CE>> &&
+                    std::is_same_v<T, detail::scalar_of<UE>>,
+                "semiseparable: lambda, B, C and bonus must share a scalar type");
+  o.strict = true;
+  return Semiseparable<T>(detail::make_coefficient(std::forward<LA>(lambda)),
+                          detail::make_coefficient(std::forward<BE>(B)),
+                          detail::make_coefficient(std::forward<CE>(C)),
+                          detail::make_coefficient(std::forward<UE>(bonus)), o);
+}
+
+}  // namespace iattn

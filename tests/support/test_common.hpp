@@ -1,0 +1,128 @@
+// tests/support/test_common.hpp: Catch2 (2.13 or 3), random coefficients, the tolerance helper and
+// the dense oracles: every operator's matrix built with plain loops from design.md, in double.
+#pragma once
+
+#if defined(IATTN_CATCH2_V3)
+#include <catch2/catch_all.hpp>
+#else
+#include <catch2/catch.hpp>
+#endif
+
+#include <iattn/iattn.hpp>
+
+#include <cmath>
+#include <limits>
+#include <random>
+#include <vector>
+
+namespace test {
+
+using iattn::Index;
+template <class T>
+using Mat = iattn::Matrix<T>;
+using MatD = iattn::Matrix<double>;
+
+/// The lengths every operator is tested at: SIMD tails, one and several tiles.
+inline const std::vector<Index> lengths = {1, 2, 7, 64, 257, 1000};
+
+template <class T>
+T tolerance() {
+  return std::is_same_v<T, float> ? T(1e-4) : T(1e-10);
+}
+
+inline std::mt19937& rng() {
+  static std::mt19937 g(12345);
+  return g;
+}
+
+template <class T>
+Mat<T> uniform(Index r, Index c, double lo, double hi) {
+  std::uniform_real_distribution<double> u(lo, hi);
+  Mat<T> m(r, c);
+  for (Index i = 0; i < m.size(); ++i) m.data()[i] = T(u(rng()));
+  return m;
+}
+template <class T>
+Mat<T> normal(Index r, Index c, double sd = 1.0) {
+  std::normal_distribution<double> n(0.0, sd);
+  Mat<T> m(r, c);
+  for (Index i = 0; i < m.size(); ++i) m.data()[i] = T(n(rng()));
+  return m;
+}
+
+/// max |a - b| <= tol * (1 + max |b|), reported with the figures when it fails.
+template <class A, class B>
+void check_close(const A& a, const B& b, double tol) {
+  REQUIRE(a.rows() == b.rows());
+  REQUIRE(a.cols() == b.cols());
+  const MatD ad = a.template cast<double>(), bd = b.template cast<double>();
+  const double scale = 1.0 + (bd.size() ? bd.cwiseAbs().maxCoeff() : 0.0);
+  const double err = ad.size() ? (ad - bd).cwiseAbs().maxCoeff() : 0.0;
+  INFO("max abs error " << err << ", allowed " << tol * scale);
+  REQUIRE(std::isfinite(err));
+  REQUIRE(err <= tol * scale);
+}
+
+// ---- dense oracles, double, plain loops --------------------------------------------------------
+template <class M>
+MatD dd(const M& m) { return m.template cast<double>(); }
+
+inline MatD dense_diagonal(const MatD& d, Index c, Index L) {
+  MatD M = MatD::Zero(L, L);
+  for (Index t = 0; t < L; ++t) M(t, t) = d(d.rows() == 1 ? 0 : t, c);
+  return M;
+}
+inline MatD dense_conv(const MatD& w, Index c, Index L) {
+  const Index K = w.rows();
+  MatD M = MatD::Zero(L, L);
+  for (Index t = 0; t < L; ++t)
+    for (Index s = 0; s <= t; ++s)
+      if (t - s < K) M(t, s) = w(K - 1 - (t - s), c);
+  return M;
+}
+inline MatD dense_linear_recurrence(const MatD& a, const MatD& b, Index c) {
+  const Index L = a.rows();
+  MatD M = MatD::Zero(L, L);
+  for (Index s = 0; s < L; ++s) {
+    double p = 1;  // prod_{k=s+1..t} a_k
+    for (Index t = s; t < L; ++t) {
+      if (t > s) p *= a(t, c);
+      M(t, s) = p * b(s, c);
+    }
+  }
+  return M;
+}
+/// Semiseparable with H heads, P channels per head, G groups; strict with an optional bonus (H, N).
+inline MatD dense_semiseparable(const MatD& lam, const MatD& B, const MatD& C, Index H, Index P, Index G, Index c,
+                                bool strict = false, const MatD* bonus = nullptr) {
+  const Index L = lam.rows(), N = B.cols() / G, h = c / P, g = h / (H / G);
+  const bool per_state = lam.cols() != H;
+  MatD M = MatD::Zero(L, L);
+  std::vector<double> sum(static_cast<std::size_t>(N));
+  for (Index s = 0; s < L; ++s) {
+    std::fill(sum.begin(), sum.end(), 0.0);  // sum_{k=s+1..t} lambda_k  (strict: ..t-1)
+    for (Index t = s; t < L; ++t) {
+      if (t > s)
+        for (Index m = 0; m < N; ++m) {
+          const Index k = strict ? t - 1 : t;
+          if (k > s) sum[std::size_t(m)] += lam(k, per_state ? h * N + m : h);
+        }
+      double v = 0;
+      for (Index m = 0; m < N; ++m) {
+        const double e = (strict && s == t) ? (bonus ? (*bonus)(h, m) : 0.0) : std::exp(sum[std::size_t(m)]);
+        v += C(t, g * N + m) * e * B(s, g * N + m);
+      }
+      M(t, s) = v;
+    }
+  }
+  return M;
+}
+/// y[:, c] = M^c x[:, c] for per-channel dense matrices given by a function c -> MatD.
+template <class F>
+MatD dense_apply(F&& matrix_of, const MatD& x) {
+  MatD y(x.rows(), x.cols());
+  for (Index c = 0; c < x.cols(); ++c) y.col(c) = matrix_of(c) * x.col(c);
+  return y;
+}
+
+}  // namespace test
