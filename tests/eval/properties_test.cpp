@@ -1,0 +1,96 @@
+// Evaluation properties on model-shaped expressions: apply = materialize x, row/col/block equal the
+// materialized matrix, materialize_mean is the mean, causality, bind then materialize equals the
+// forward, and materialize(A*B) = materialize(A) materialize(B).
+#include "support/expressions.hpp"
+
+using namespace test;
+
+namespace {
+
+template <class H>
+void check_properties(const H& h, const MatD& x, double tol, bool causal) {
+  using namespace iattn;
+  const Index L = x.rows(), D = x.cols();
+  const MatD y = apply(h, x);
+  std::vector<MatD> M(static_cast<std::size_t>(D));
+  MatD mean = MatD::Zero(L, L);
+  for (Index c = 0; c < D; ++c) {
+    M[std::size_t(c)] = materialize(h, c);
+    mean += M[std::size_t(c)] / double(D);
+    INFO("channel " << c);
+    check_close(M[std::size_t(c)] * x.col(c), y.col(c), tol);  // apply = materialize x
+    if (causal) REQUIRE(MatD(M[std::size_t(c)].triangularView<Eigen::StrictlyUpper>()).cwiseAbs().maxCoeff() == 0.0);
+  }
+  check_close(materialize_mean(h), mean, tol);
+  for (Index t : {Index(0), L / 3, L - 1}) {
+    const MatD r = row(h, t), k = col(h, t);
+    for (Index c = 0; c < D; ++c) {
+      check_close(r.row(c), M[std::size_t(c)].row(t), tol);
+      check_close(k.row(c), M[std::size_t(c)].col(t).transpose(), tol);
+    }
+  }
+  if (L >= 3) {
+    const range rows{L / 3, L}, cols{1, std::max<Index>(2, 2 * L / 3)};
+    check_close(block(h, D - 1, rows, cols), M[std::size_t(D - 1)].block(rows.begin, cols.begin, rows.size(), cols.size()), tol);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("properties: Mamba-1 composite", "[properties]") {
+  for (Index L : {Index(1), Index(7), Index(64), Index(130)}) {
+    INFO("L = " << L);
+    const mamba1<double> m(L, 5, 16);
+    check_properties(m.expr(), normal<double>(L, 5), 1e-10, true);
+    check_close(iattn::materialize(m.expr(), 2), m.dense(2), 1e-10);
+  }
+}
+
+TEST_CASE("properties: Mamba-1 composite in float", "[properties]") {
+  const mamba1<float> m(200, 4, 16);
+  const Mat<float> x = normal<float>(200, 4);
+  const MatD y = iattn::apply(m.expr(), x).cast<double>();
+  for (Index c = 0; c < 4; ++c) check_close(y.col(c), MatD(m.dense(c) * dd(x).col(c)), 1e-4);
+}
+
+TEST_CASE("properties: bound Mamba-2 expression (GroupNorm)", "[properties][bind]") {
+  for (Index L : {Index(1), Index(7), Index(100)}) {
+    INFO("L = " << L);
+    const mamba2<double> m(L, 4, 3, 2, 8);
+    const MatD x = normal<double>(L, m.D);
+    auto h = m.expr();
+    auto hb = iattn::bind(h, x);
+    // bind then materialize equals the forward
+    const MatD y = iattn::apply(h, x);
+    for (Index c = 0; c < m.D; ++c) check_close(iattn::materialize(hb, c) * x.col(c), y.col(c), 1e-10);
+    check_properties(hb, x, 1e-10, true);
+  }
+}
+
+TEST_CASE("properties: RWKV-like row-normalised strict form", "[properties]") {
+  for (Index L : {Index(1), Index(7), Index(100)}) {
+    const rwkv<double> m(L, 3);
+    check_properties(m.expr(), normal<double>(L, 3), 1e-10, true);
+    // rows of the normalised part sum to one
+    const MatD R = iattn::materialize(iattn::row_normalize(iattn::semiseparable(m.lam, m.kexp, m.ones, m.u, {.heads = 3, .groups = 3})), 1);
+    for (Index t = 0; t < L; ++t) REQUIRE(std::abs(R.row(t).sum() - 1.0) < 1e-12);
+  }
+}
+
+TEST_CASE("properties: bidirectional (forward + flipped backward)", "[properties]") {
+  for (Index L : {Index(2), Index(70)}) {
+    const bidir<double> m(L, 3, 4);
+    check_properties(m.expr(), normal<double>(L, 3), 1e-10, false);
+    MatD J = MatD::Zero(L, L);
+    for (Index t = 0; t < L; ++t) J(t, L - 1 - t) = 1;
+    check_close(iattn::materialize(m.expr(), 1), m.f.dense(1) + J * m.b.dense(1) * J, 1e-10);
+  }
+}
+
+TEST_CASE("materialize(A*B) = materialize(A) materialize(B) on composites", "[properties]") {
+  const Index L = 90;
+  const mamba1<double> a(L, 3, 4), b(L, 3, 6);
+  const auto A = a.expr(), B = b.expr();
+  for (Index c = 0; c < 3; ++c)
+    check_close(iattn::materialize(A * B, c), iattn::materialize(A, c) * iattn::materialize(B, c), 1e-10);
+}
