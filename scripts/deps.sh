@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Installs the Debian packages iattn needs when they are missing (Debian 12 names).
+# Usage: scripts/deps.sh [--bench]
+set -euo pipefail
+pkgs=(g++ cmake make libeigen3-dev libxsimd-dev catch2)
+[ "${1:-}" = "--bench" ] && pkgs+=(libbenchmark-dev)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+echo "iattn: installing ${missing[*]}"
+sudo_cmd=()
+[ "$(id -u)" -ne 0 ] && sudo_cmd=(sudo)
+export DEBIAN_FRONTEND=noninteractive
+"${sudo_cmd[@]}" apt-get update -q
+"${sudo_cmd[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"
