@@ -23,7 +23,7 @@ namespace iattn::cpu_detail {
 
 /// Channels per slab: a multiple of every SIMD width, small enough to keep an (L, slab) column
 /// block in cache for moderate L.
-inline constexpr Index slab_width = 32;
+inline constexpr Index slab_width = 128;
 
 /// Y = H X for a bound expression, slab by slab (in parallel): the fused, channel-local pass.
 template <class T, class Node>

@@ -39,37 +39,43 @@ struct slab_eval<Semiseparable<T>> {
     const auto& lam = n.lambda();
     const auto& Bc = n.B();
     const auto& Cc = n.C();
-    std::vector<T> state(static_cast<std::size_t>(nc * N), T(0)), dec(static_cast<std::size_t>(Nd));
-    const Index h_begin = c0 / P, h_end = (c0 + nc - 1) / P + 1;
+    // The slab's heads, with their group offsets and channel ranges, fixed before the token loop.
+    struct head_span {
+      Index g_off, dec_off, c_begin, c_end;
+      const T* bonus;
+    };
+    const Index h_begin = c0 / P, h_end = (c0 + nc - 1) / P + 1, nh = h_end - h_begin;
+    std::vector<head_span> spans;
+    for (Index h = h_begin; h < h_end; ++h)
+      spans.push_back({n.group_of_head(h) * N, (h - h_begin) * Nd, std::max(c0, h * P) - c0,
+                       std::min(c0 + nc, (h + 1) * P) - c0, strict && n.has_bonus() ? n.bonus().row(h) : nullptr});
+    std::vector<T> state(static_cast<std::size_t>(nc * N), T(0)), dec(static_cast<std::size_t>(nh * Nd));
     for (Index i = 0; i < L; ++i) {
       const Index t = Transposed ? L - 1 - i : i;
       const Index k = (Transposed && !strict) ? t + 1 : t;  // token whose decay this step applies
-      for (Index h = h_begin; h < h_end; ++h) {
-        const Index g = n.group_of_head(h);
-        const T* Bt = Bc.row(t) + g * N;
-        const T* Ct = Cc.row(t) + g * N;
-        const T* in = Transposed ? Ct : Bt;
-        const T* out = Transposed ? Bt : Ct;
-        if (k < L) {
-          const T* l = lam.row(k) + h * Nd;
-          simd::for_packs<T>(Nd, [&](auto w, Index m) {
-            using Pk = simd::pack<T, decltype(w)::value>;
-            exp(Pk::load(l + m)).store(dec.data() + m);
-          });
-        } else {
-          std::fill(dec.begin(), dec.end(), T(0));  // the state is still zero here
-        }
-        const T* u = strict && n.has_bonus() ? n.bonus().row(h) : nullptr;
-        for (Index c = std::max(c0, h * P); c < std::min(c0 + nc, (h + 1) * P); ++c) {
-          const Index j = c - c0;
-          T* hs = state.data() + j * N;
-          const T xv = x[t * nc + j];
-          T yv;
+      if (k < L) {  // the decays of all the slab's heads: one contiguous run of lambda's row
+        const T* l = lam.row(k) + h_begin * Nd;
+        simd::for_packs<T>(nh * Nd, [&](auto w, Index m) {
+          using Pk = simd::pack<T, decltype(w)::value>;
+          exp(Pk::load(l + m)).store(dec.data() + m);
+        });
+      } else {
+        std::fill(dec.begin(), dec.end(), T(0));  // the state is still zero here
+      }
+      const T* Brow = Bc.row(t);
+      const T* Crow = Cc.row(t);
+      const T* xt = x + t * nc;
+      T* yt = y + t * nc;
+      for (const head_span& hs : spans) {
+        const T* in = (Transposed ? Crow : Brow) + hs.g_off;
+        const T* out = (Transposed ? Brow : Crow) + hs.g_off;
+        const T* d = dec.data() + hs.dec_off;
+        for (Index j = hs.c_begin; j < hs.c_end; ++j) {
+          T* h = state.data() + j * N;
           if (per_state)
-            yv = strict ? step_strict<true>(N, dec.data(), in, out, u, xv, hs) : step<true>(N, dec.data(), in, out, xv, hs);
+            yt[j] = strict ? step_strict<true>(N, d, in, out, hs.bonus, xt[j], h) : step<true>(N, d, in, out, xt[j], h);
           else
-            yv = strict ? step_strict<false>(N, dec.data(), in, out, u, xv, hs) : step<false>(N, dec.data(), in, out, xv, hs);
-          y[t * nc + j] = yv;
+            yt[j] = strict ? step_strict<false>(N, d, in, out, hs.bonus, xt[j], h) : step<false>(N, d, in, out, xt[j], h);
         }
       }
     }
