@@ -16,8 +16,8 @@ class Diagonal : public op_base {
   using scalar = T;
 
   explicit Diagonal(coefficient<T> d) : d_(std::move(d)) {
-    if (d_.cols() < 1 || d_.rows() < 1)
-      detail::require_shape(false, "diagonal", "d", d_.rows(), d_.cols(), "(L, D) or (1, D) with D >= 1");
+    detail::require_shape(d_.rows() >= 1 && d_.cols() >= 1, "diagonal", "d", d_.rows(), d_.cols(),
+                          "(L, D) or (1, D) with D >= 1");
   }
 
   /// L, or `any` for a (1, D) diagonal (constant over tokens).

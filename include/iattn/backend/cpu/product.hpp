@@ -16,6 +16,7 @@
 #include "tile.hpp"
 
 #include <algorithm>
+#include <vector>
 
 namespace iattn::cpu_detail {
 

@@ -16,7 +16,6 @@
 #include "tile.hpp"
 
 #include <algorithm>
-#include <limits>
 #include <vector>
 
 namespace iattn::cpu_detail {
