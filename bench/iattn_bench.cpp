@@ -1,5 +1,6 @@
 // iattn benchmarks: apply and materialize of every operator and of the Mamba-1 composite
-// diag(g) S diag(Delta) diag(u) conv, at L in {256, 1024, 4096}, D = 1536, N = 16, float.
+// diag(g) S diag(Delta) diag(u) conv (S with Mamba's factored decay Delta (x) A; also with the dense
+// (L, D*N) log-decay), at L in {256, 1024, 4096}, D = 1536, N = 16, float.
 // Baselines in the same run:
 //   apply:       a dense (L, L) matrix times a vector, per channel (BM_apply_dense_baseline)
 //   materialize: storing L^2 floats into a fresh matrix (BM_store_L2), and per-entry loops for the
@@ -23,14 +24,16 @@ constexpr Index D = 1536, N = 16, K = 4;
 
 struct data {
   Index L;
-  Mat x, g, dt, u, dA, B, C, a, b, w, Dskip;
+  Mat x, g, dt, u, dA, A, B, C, a, b, w, Dskip;
   explicit data(Index L_) : L(L_) {
     std::mt19937 rng(1);
     std::normal_distribution<float> n(0.f, 1.f);
     std::uniform_real_distribution<float> un(0.f, 1.f);
     auto rnd = [&](Index r, Index c) { Mat m(r, c); for (Index i = 0; i < m.size(); ++i) m.data()[i] = n(rng); return m; };
     x = rnd(L, D); g = rnd(L, D); B = rnd(L, N); C = rnd(L, N); b = rnd(L, D); w = rnd(K, D); Dskip = rnd(1, D);
-    dt.resize(L, D); u.resize(L, D); a.resize(L, D); dA.resize(L, D * N);
+    dt.resize(L, D); u.resize(L, D); a.resize(L, D); dA.resize(L, D * N); A.resize(D, N);
+    for (Index c = 0; c < D; ++c)
+      for (Index m = 0; m < N; ++m) A(c, m) = -float(m + 1);  // Mamba's A = -exp(A_log), A_log = log(1..N)
     for (Index t = 0; t < L; ++t)
       for (Index c = 0; c < D; ++c) {
         dt(t, c) = 0.001f + 0.099f * un(rng);
@@ -39,8 +42,14 @@ struct data {
         for (Index m = 0; m < N; ++m) dA(t, c * N + m) = -dt(t, c) * float(m + 1);
       }
   }
+  // S with the dense (L, D*N) log-decay, and with the factored decay dt (x) A that Mamba computes.
   auto S() const { return iattn::semiseparable(dA, B, C, {.heads = D}); }
+  auto S_factored() const { return iattn::semiseparable(iattn::factored_decay(dt, A), B, C, {.heads = D}); }
   auto mamba1() const {
+    using namespace iattn;
+    return diagonal(g) * S_factored() * diagonal(dt) * diagonal(u) * causal_conv(w);
+  }
+  auto mamba1_dense_decay() const {
     using namespace iattn;
     return diagonal(g) * S() * diagonal(dt) * diagonal(u) * causal_conv(w);
   }
@@ -87,7 +96,13 @@ void BM_apply_linear_recurrence(benchmark::State& st) {
   run_apply(st, [](const data& d) { return iattn::linear_recurrence(d.a, d.b); }, D);
 }
 void BM_apply_semiseparable(benchmark::State& st) { run_apply(st, [](const data& d) { return d.S(); }, D * N); }
+void BM_apply_semiseparable_factored(benchmark::State& st) {
+  run_apply(st, [](const data& d) { return d.S_factored(); }, D * N);
+}
 void BM_apply_mamba1(benchmark::State& st) { run_apply(st, [](const data& d) { return d.mamba1(); }, D * N); }
+void BM_apply_mamba1_dense_decay(benchmark::State& st) {
+  run_apply(st, [](const data& d) { return d.mamba1_dense_decay(); }, D * N);
+}
 
 // Dense baseline: one channel's (L, L) matrix times its input column, for 16 channels; items are
 // scaled to "per D channels" so items_per_second compares with BM_apply_mamba1 (L*D*N per call).
@@ -113,6 +128,9 @@ void BM_materialize_linear_recurrence(benchmark::State& st) {
   run_materialize(st, [](const data& d) { return iattn::linear_recurrence(d.a, d.b); });
 }
 void BM_materialize_semiseparable(benchmark::State& st) { run_materialize(st, [](const data& d) { return d.S(); }); }
+void BM_materialize_semiseparable_factored(benchmark::State& st) {
+  run_materialize(st, [](const data& d) { return d.S_factored(); });
+}
 void BM_materialize_mamba1(benchmark::State& st) { run_materialize(st, [](const data& d) { return d.mamba1(); }); }
 
 // Baseline: store L^2 floats into a freshly allocated matrix (what materialize must at least do).
@@ -162,13 +180,16 @@ BENCHMARK(BM_apply_diagonal)->Apply(lengths);
 BENCHMARK(BM_apply_causal_conv)->Apply(lengths);
 BENCHMARK(BM_apply_linear_recurrence)->Apply(lengths);
 BENCHMARK(BM_apply_semiseparable)->Apply(lengths);
+BENCHMARK(BM_apply_semiseparable_factored)->Apply(lengths);
 BENCHMARK(BM_apply_mamba1)->Apply(lengths);
+BENCHMARK(BM_apply_mamba1_dense_decay)->Apply(lengths);
 BENCHMARK(BM_apply_dense_baseline)->Apply(lengths);
 BENCHMARK(BM_store_L2)->Apply(lengths);
 BENCHMARK(BM_materialize_diagonal)->Apply(lengths);
 BENCHMARK(BM_materialize_causal_conv)->Apply(lengths);
 BENCHMARK(BM_materialize_linear_recurrence)->Apply(lengths);
 BENCHMARK(BM_materialize_semiseparable)->Apply(lengths);
+BENCHMARK(BM_materialize_semiseparable_factored)->Apply(lengths);
 BENCHMARK(BM_materialize_mamba1)->Apply(lengths);
 BENCHMARK(BM_materialize_naive)->Apply(lengths);
 

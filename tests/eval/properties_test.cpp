@@ -42,15 +42,26 @@ TEST_CASE("properties: Mamba-1 composite", "[properties]") {
     INFO("L = " << L);
     const mamba1<double> m(L, 5, 16);
     check_properties(m.expr(), normal<double>(L, 5), 1e-10, true);
+    check_properties(m.expr_dense(), normal<double>(L, 5), 1e-10, true);
     check_close(iattn::materialize(m.expr(), 2), m.dense(2), 1e-10);
+    check_close(iattn::materialize(m.expr_dense(), 2), m.dense(2), 1e-10);
   }
 }
 
 TEST_CASE("properties: Mamba-1 composite in float", "[properties]") {
-  const mamba1<float> m(200, 4, 16);
-  const Mat<float> x = normal<float>(200, 4);
-  const MatD y = iattn::apply(m.expr(), x).cast<double>();
-  for (Index c = 0; c < 4; ++c) check_close(y.col(c), MatD(m.dense(c) * dd(x).col(c)), 1e-4);
+  // 21 channels: two full 8-lane packs and a tail of 5 in the channel-vectorised scan
+  const mamba1<float> m(200, 21, 16);
+  const Mat<float> x = normal<float>(200, 21);
+  const MatD y = iattn::apply(m.expr(), x).cast<double>(), yd = iattn::apply(m.expr_dense(), x).cast<double>();
+  for (Index c = 0; c < 21; ++c) {
+    check_close(y.col(c), MatD(m.dense(c) * dd(x).col(c)), 1e-4);
+    check_close(yd.col(c), MatD(m.dense(c) * dd(x).col(c)), 1e-4);
+  }
+  const MatD r = iattn::row(m.expr(), 150).cast<double>(), k = iattn::col(m.expr(), 40).cast<double>();
+  for (Index c : {Index(0), Index(9), Index(20)}) {
+    check_close(r.row(c), m.dense(c).row(150), 1e-4);
+    check_close(k.row(c), m.dense(c).col(40).transpose(), 1e-4);
+  }
 }
 
 TEST_CASE("properties: bound Mamba-2 expression (GroupNorm)", "[properties][bind]") {

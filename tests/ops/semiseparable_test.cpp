@@ -10,6 +10,7 @@ struct ss_case {
   const char* name;
   Index H, P, G, N;
   bool per_state, strict, bonus, resets;
+  bool factored = false;  // lambda = dt (x) A through factored_decay
 };
 
 const ss_case cases[] = {
@@ -21,6 +22,11 @@ const ss_case cases[] = {
     {"strict without bonus", 2, 1, 1, 3, false, true, false, false},
     {"resets lambda = -inf", 3, 1, 1, 8, true, false, false, true},
     {"strict with bonus and resets", 2, 1, 1, 17, true, true, true, true},
+    {"factored decay, one channel per head, 19 channels (SIMD body and tail)", 19, 1, 1, 16, true, false, false, false, true},
+    {"factored decay, groups across the channel packs", 20, 1, 4, 3, true, false, false, true, true},
+    {"factored decay, strict with bonus", 11, 1, 1, 5, true, true, true, false, true},
+    {"factored decay, strict without bonus", 9, 1, 1, 2, true, true, false, false, true},
+    {"factored decay with head_dim 3", 3, 3, 1, 6, true, false, false, true, true},
 };
 
 template <class T>
@@ -30,10 +36,21 @@ void run_case(const ss_case& k, Index L) {
   Mat<T> lam = uniform<T>(L, k.per_state ? k.H * k.N : k.H, -1.0, -0.01);
   if (k.resets)
     for (Index t = 0; t < L; t += 5) lam(t, (t / 5) % lam.cols()) = -std::numeric_limits<T>::infinity();
+  Mat<T> dt = uniform<T>(L, k.H, 0.001, 0.5), A = -uniform<T>(k.H, k.N, 0.1, 2.0);
+  if (k.factored) {  // the dense lambda the factored decay denotes, for the oracle
+    if (k.resets)
+      for (Index t = 0; t < L; t += 5) dt(t, (t / 5) % k.H) = std::numeric_limits<T>::infinity();
+    for (Index t = 0; t < L; ++t)
+      for (Index h = 0; h < k.H; ++h)
+        for (Index m = 0; m < k.N; ++m) lam(t, h * k.N + m) = dt(t, h) * A(h, m);
+  }
   const Mat<T> B = normal<T>(L, k.G * k.N), C = normal<T>(L, k.G * k.N), u = normal<T>(k.H, k.N);
   const Mat<T> x = normal<T>(L, D);
   const iattn::semiseparable_options o{.heads = k.H, .head_dim = k.P, .groups = k.G, .strict = k.strict};
-  auto S = k.bonus ? iattn::semiseparable(lam, B, C, u, o) : iattn::semiseparable(lam, B, C, o);
+  auto S = k.factored ? (k.bonus ? iattn::semiseparable(iattn::factored_decay(dt, A), B, C, u, o)
+                                 : iattn::semiseparable(iattn::factored_decay(dt, A), B, C, o))
+                      : (k.bonus ? iattn::semiseparable(lam, B, C, u, o) : iattn::semiseparable(lam, B, C, o));
+  REQUIRE(S.factored() == k.factored);
   const MatD ud = dd(u);
   auto oracle = [&](Index c) {
     return dense_semiseparable(dd(lam), dd(B), dd(C), k.H, k.P, k.G, c, k.strict, k.bonus ? &ud : nullptr);
@@ -43,6 +60,14 @@ void run_case(const ss_case& k, Index L) {
   for (Index c : {Index(0), D / 2, D - 1}) check_close(iattn::materialize(S, c), oracle(c), tol);
   // apply
   check_close(iattn::apply(S, x), dense_apply(oracle, dd(x)), tol);
+  // row and col: the transposed scan
+  for (Index t : {Index(0), L / 2, L - 1}) {
+    const MatD r = iattn::row(S, t).template cast<double>(), q = iattn::col(S, t).template cast<double>();
+    for (Index c : {Index(0), D - 1}) {
+      check_close(r.row(c), oracle(c).row(t), tol);
+      check_close(q.row(c), oracle(c).col(t).transpose(), tol);
+    }
+  }
 }
 
 }  // namespace
@@ -82,4 +107,50 @@ TEST_CASE("semiseparable: N is inferred from B and the groups", "[semiseparable]
   REQUIRE(S.state() == 3);
   REQUIRE(S.channels() == 8);
   REQUIRE_FALSE(S.per_state());
+}
+
+TEST_CASE("semiseparable: factored decay shapes are checked", "[semiseparable][errors]") {
+  const MatD dt = uniform<double>(6, 3, 0, 1), A = -uniform<double>(3, 4, 0, 1), B = normal<double>(6, 4), C = normal<double>(6, 4);
+  REQUIRE_NOTHROW(iattn::semiseparable(iattn::factored_decay(dt, A), B, C, {.heads = 3}));
+  REQUIRE_THROWS_WITH(iattn::semiseparable(iattn::factored_decay(dt, A), B, C, {.heads = 2}),
+                      Catch::Matchers::Contains("dt") && Catch::Matchers::Contains("(6, 3)"));
+  const MatD A5 = -uniform<double>(3, 5, 0, 1);
+  REQUIRE_THROWS_WITH(iattn::semiseparable(iattn::factored_decay(dt, A5), B, C, {.heads = 3}),
+                      Catch::Matchers::Contains("factored_decay A") && Catch::Matchers::Contains("(3, 5)") &&
+                          Catch::Matchers::Contains("N=4"));
+}
+
+TEST_CASE("fast exp: accuracy, exact 0 and 1, inf and NaN", "[semiseparable][simd]") {
+  using P = iattn::simd::pack<float, iattn::simd::width<float>>;
+  constexpr int W = iattn::simd::width<float>;
+  float in[W], out[W];
+  // Relative error within 2e-7 whatever |x| (two-step argument reduction); exp2 of the factored scan
+  // is tested through the Mamba-1 expressions.
+  double worst = 0;
+  for (double x = -87.0; x <= 80.0; x += 0.001237) {
+    for (int i = 0; i < W; ++i) in[i] = float(x + i * 1e-4);
+    exp(P::load(in)).store(out);
+    for (int i = 0; i < W; ++i)
+      worst = std::max(worst, std::abs(double(out[i]) / std::exp(double(in[i])) - 1.0) / 2e-7);
+  }
+  INFO("worst error relative to the bound " << worst);
+  REQUIRE(worst <= 1.0);
+  double worst_small = 0;
+  for (double x = -2.0; x <= 0.0; x += 1e-4) {
+    for (int i = 0; i < W; ++i) in[i] = float(x);
+    exp(P::load(in)).store(out);
+    worst_small = std::max(worst_small, std::abs(double(out[0]) / std::exp(double(in[0])) - 1.0));
+  }
+  REQUIRE(worst_small < 3e-7);
+  const float special[] = {0.f, -std::numeric_limits<float>::infinity(), -200.f, std::numeric_limits<float>::quiet_NaN(),
+                           std::numeric_limits<float>::infinity(), 100.f, -1e-30f, -88.5f};
+  for (int i = 0; i < W; ++i) in[i] = special[i % 8];
+  exp(P::load(in)).store(out);
+  for (int i = 0; i < W; ++i) {
+    INFO("x = " << in[i]);
+    if (i % 8 == 0 || i % 8 == 6) REQUIRE(out[i] == 1.0f);
+    if (i % 8 == 1 || i % 8 == 2 || i % 8 == 7) REQUIRE(out[i] == 0.0f);
+    if (i % 8 == 3) REQUIRE(std::isnan(out[i]));
+    if (i % 8 == 4 || i % 8 == 5) REQUIRE(std::isinf(out[i]));
+  }
 }

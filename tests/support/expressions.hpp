@@ -8,28 +8,35 @@
 namespace test {
 
 /// diag(g) (S diag(dt) + diag(Dskip)) diag(sig) conv(w): the Mamba-1 holistic matrix (eq. 9).
+/// expr() takes the factored decay dt (x) A, as Mamba computes it; expr_dense() the same matrix
+/// from the dense (L, D*N) log-decay.
 template <class T>
 struct mamba1 {
   Index L, D, N, K;
-  Mat<T> g, lam, B, C, dt, Dskip, sig, w;
+  Mat<T> g, lam, A, B, C, dt, Dskip, sig, w;
   mamba1(Index L_, Index D_, Index N_, Index K_ = 4) : L(L_), D(D_), N(N_), K(K_) {
     g = normal<T>(L, D);
     dt = uniform<T>(L, D, 0.001, 0.1);
-    const Mat<T> A = -uniform<T>(1, D * N, 0.5, 16.0);
+    A = -uniform<T>(D, N, 0.5, 16.0);
     lam.resize(L, D * N);
     for (Index t = 0; t < L; ++t)
       for (Index c = 0; c < D; ++c)
-        for (Index m = 0; m < N; ++m) lam(t, c * N + m) = dt(t, c) * A(0, c * N + m);
+        for (Index m = 0; m < N; ++m) lam(t, c * N + m) = dt(t, c) * A(c, m);
     B = normal<T>(L, N);
     C = normal<T>(L, N);
     Dskip = normal<T>(1, D);
     sig = uniform<T>(L, D, 0.0, 1.0);
     w = normal<T>(K, D, 0.5);
   }
-  auto S() const { return iattn::semiseparable(lam, B, C, {.heads = D}); }
+  auto S() const { return iattn::semiseparable(iattn::factored_decay(dt, A), B, C, {.heads = D}); }
+  auto S_dense() const { return iattn::semiseparable(lam, B, C, {.heads = D}); }
   auto expr() const {
     using namespace iattn;
     return diagonal(g) * (S() * diagonal(dt) + diagonal(Dskip)) * diagonal(sig) * causal_conv(w);
+  }
+  auto expr_dense() const {
+    using namespace iattn;
+    return diagonal(g) * (S_dense() * diagonal(dt) + diagonal(Dskip)) * diagonal(sig) * causal_conv(w);
   }
   MatD dense(Index c) const {
     return dense_diagonal(dd(g), c, L) *

@@ -8,6 +8,11 @@
 //   bonus   (H, N)     only in the strict form (below)
 // Channels D = H * P.   Causal: yes.
 //
+// Factored decay (Mamba-1's discretisation dA = exp(dt A)): lambda[t, h*N + m] = dt[t, h] * A[h, m],
+// given as factored_decay(dt (L, H), A (H, N)). It denotes the same matrix as the dense (L, H*N)
+// lambda, reads L*H + H*N numbers instead of L*H*N, and lets the scan form each exponent in a
+// register. dt >= 0 and A <= 0 keep every exponent non-positive.
+//
 // lambda <= 0 is the normal case (decay in (0, 1]); lambda = -inf is a reset (decay exactly 0).
 // Decays are only ever summed over a range and exponentiated, never differenced, so -inf is exact
 // and no exp argument is positive when lambda <= 0.
@@ -32,6 +37,21 @@ struct semiseparable_options {
   bool strict = false; ///< strict-with-bonus form (the bonus is given to the 5-argument factory)
 };
 
+/// The factored log-decay lambda[t, h*N + m] = dt[t, h] * A[h, m]; made by factored_decay().
+template <Scalar T>
+struct decay_factors {
+  coefficient<T> dt;  ///< (L, H)
+  coefficient<T> A;   ///< (H, N)
+};
+
+/// lambda = dt (x) A per head: dt (L, H), A (H, N). See the header comment.
+template <class DT, class AE>
+decay_factors<detail::scalar_of<DT>> factored_decay(DT&& dt, AE&& A) {
+  static_assert(std::is_same_v<detail::scalar_of<DT>, detail::scalar_of<AE>>,
+                "factored_decay: dt and A must share a scalar type");
+  return {detail::make_coefficient(std::forward<DT>(dt)), detail::make_coefficient(std::forward<AE>(A))};
+}
+
 template <Scalar T>
 class Semiseparable : public op_base {
  public:
@@ -39,7 +59,13 @@ class Semiseparable : public op_base {
 
   Semiseparable(coefficient<T> lambda, coefficient<T> B, coefficient<T> C, coefficient<T> bonus,
                 semiseparable_options o)
-      : lambda_(std::move(lambda)), B_(std::move(B)), C_(std::move(C)), bonus_(std::move(bonus)), o_(o) {
+      : Semiseparable(decay_factors<T>{std::move(lambda), {}}, std::move(B), std::move(C), std::move(bonus), o) {}
+
+  /// lambda = decay.dt (x) decay.A when decay.A is given, else lambda = decay.dt.
+  Semiseparable(decay_factors<T> decay, coefficient<T> B, coefficient<T> C, coefficient<T> bonus,
+                semiseparable_options o)
+      : lambda_(std::move(decay.dt)), rate_(std::move(decay.A)), B_(std::move(B)), C_(std::move(C)),
+        bonus_(std::move(bonus)), o_(o) {
     const char* where = "semiseparable";
     using detail::fail;
     using std::to_string;
@@ -59,10 +85,17 @@ class Semiseparable : public op_base {
     const std::string gn = "(L=" + to_string(L) + ", G*N=" + to_string(G * N) + ")";
     detail::require_shape(B_.rows() == L && B_.cols() == G * N, where, "B", B_.rows(), B_.cols(), gn);
     detail::require_shape(C_.rows() == L && C_.cols() == G * N, where, "C", C_.rows(), C_.cols(), gn);
-    detail::require_shape(lambda_.cols() == H * N || lambda_.cols() == H, where, "lambda", lambda_.rows(),
-                          lambda_.cols(),
-                          "(L, H*N=" + to_string(H * N) + ") for per-state decay or (L, H=" + to_string(H) +
-                              ") for one decay per head");
+    if (rate_.empty())
+      detail::require_shape(lambda_.cols() == H * N || lambda_.cols() == H, where, "lambda", lambda_.rows(),
+                            lambda_.cols(),
+                            "(L, H*N=" + to_string(H * N) + ") for per-state decay or (L, H=" + to_string(H) +
+                                ") for one decay per head");
+    else {
+      detail::require_shape(lambda_.cols() == H, where, "factored_decay dt", lambda_.rows(), lambda_.cols(),
+                            "(L, H=" + to_string(H) + ")");
+      detail::require_shape(rate_.rows() == H && rate_.cols() == N, where, "factored_decay A", rate_.rows(),
+                            rate_.cols(), "(H=" + to_string(H) + ", N=" + to_string(N) + ")");
+    }
     if (!bonus_.empty()) {
       o_.strict = true;
       detail::require_shape(bonus_.rows() == H && bonus_.cols() == N, where, "bonus", bonus_.rows(),
@@ -76,22 +109,32 @@ class Semiseparable : public op_base {
   Index head_dim() const { return o_.head_dim; }
   Index groups() const { return o_.groups; }
   Index state() const { return o_.state; }
-  /// True when lambda has one column per (head, state): Nd = N. False: Nd = 1.
-  bool per_state() const { return lambda_.cols() != o_.heads; }
+  /// True when the log-decay has one value per (token, head, state): Nd = N. False: Nd = 1.
+  bool per_state() const { return factored() || lambda_.cols() != o_.heads; }
+  /// True when lambda = dt (x) A: then lambda() is dt (L, H) and decay_rate() is A (H, N).
+  bool factored() const { return !rate_.empty(); }
   bool strict() const { return o_.strict; }
   bool has_bonus() const { return !bonus_.empty(); }
 
   IATTN_HOST_DEVICE Index head_of(Index c) const { return c / o_.head_dim; }
   IATTN_HOST_DEVICE Index group_of_head(Index h) const { return h / (o_.heads / o_.groups); }
 
+  /// The log-decay (L, H*N) or (L, H); with a factored decay, dt (L, H).
   const coefficient<T>& lambda() const { return lambda_; }
+  /// A (H, N) of a factored decay; empty otherwise.
+  const coefficient<T>& decay_rate() const { return rate_; }
+  /// lambda[t, h*N + m] (m ignored when Nd = 1), whatever the storage.
+  IATTN_HOST_DEVICE T log_decay(Index t, Index h, Index m) const {
+    if (!rate_.empty()) return lambda_(t, h) * rate_(h, m);
+    return lambda_.cols() == o_.heads ? lambda_(t, h) : lambda_(t, h * o_.state + m);
+  }
   const coefficient<T>& B() const { return B_; }
   const coefficient<T>& C() const { return C_; }
   const coefficient<T>& bonus() const { return bonus_; }
   const semiseparable_options& options() const { return o_; }
 
  private:
-  coefficient<T> lambda_, B_, C_, bonus_;
+  coefficient<T> lambda_, rate_, B_, C_, bonus_;
   semiseparable_options o_;
 };
 
@@ -107,6 +150,27 @@ Semiseparable<detail::scalar_of<LA>> semiseparable(LA&& lambda, BE&& B, CE&& C, 
   return Semiseparable<T>(detail::make_coefficient(std::forward<LA>(lambda)),
                           detail::make_coefficient(std::forward<BE>(B)),
                           detail::make_coefficient(std::forward<CE>(C)), coefficient<T>{}, o);
+}
+
+/// S with a factored decay: lambda[t, h*N + m] = dt[t, h] * A[h, m]; B and C (L, G*N).
+template <Scalar T, class BE, class CE>
+Semiseparable<T> semiseparable(decay_factors<T> decay, BE&& B, CE&& C, semiseparable_options o) {
+  static_assert(std::is_same_v<T, detail::scalar_of<BE>> && std::is_same_v<T, detail::scalar_of<CE>>,
+                "semiseparable: the decay, B and C must share a scalar type");
+  return Semiseparable<T>(std::move(decay), detail::make_coefficient(std::forward<BE>(B)),
+                          detail::make_coefficient(std::forward<CE>(C)), coefficient<T>{}, o);
+}
+
+/// Strict-with-bonus form with a factored decay.
+template <Scalar T, class BE, class CE, class UE>
+Semiseparable<T> semiseparable(decay_factors<T> decay, BE&& B, CE&& C, UE&& bonus, semiseparable_options o) {
+  static_assert(std::is_same_v<T, detail::scalar_of<BE>> && std::is_same_v<T, detail::scalar_of<CE>> &&
+                    std::is_same_v<T, detail::scalar_of<UE>>,
+                "semiseparable: the decay, B, C and bonus must share a scalar type");
+  o.strict = true;
+  return Semiseparable<T>(std::move(decay), detail::make_coefficient(std::forward<BE>(B)),
+                          detail::make_coefficient(std::forward<CE>(C)),
+                          detail::make_coefficient(std::forward<UE>(bonus)), o);
 }
 
 /// Strict-with-bonus form (RWKV): as above, with the decay product over k = s+1..t-1 for s < t and

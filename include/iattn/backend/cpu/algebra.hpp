@@ -20,17 +20,17 @@ template <class A, class B>
 struct slab_eval<Sum<A, B>> {
   template <class T>
   static void apply(const Sum<A, B>& n, const context& cx, Index c0, Index nc, const T* x, T* y) {
-    std::vector<T> tmp(static_cast<std::size_t>(cx.L * nc));
+    scratch<T> tmp(cx.L * nc);
     slab_eval<A>::apply(n.left(), cx, c0, nc, x, y);
     slab_eval<B>::apply(n.right(), cx, c0, nc, x, tmp.data());
-    for (Index i = 0; i < cx.L * nc; ++i) y[i] += tmp[std::size_t(i)];
+    for (Index i = 0; i < cx.L * nc; ++i) y[i] += tmp[i];
   }
   template <class T>
   static void apply_t(const Sum<A, B>& n, const context& cx, Index c0, Index nc, const T* x, T* y) {
-    std::vector<T> tmp(static_cast<std::size_t>(cx.L * nc));
+    scratch<T> tmp(cx.L * nc);
     slab_eval<A>::apply_t(n.left(), cx, c0, nc, x, y);
     slab_eval<B>::apply_t(n.right(), cx, c0, nc, x, tmp.data());
-    for (Index i = 0; i < cx.L * nc; ++i) y[i] += tmp[std::size_t(i)];
+    for (Index i = 0; i < cx.L * nc; ++i) y[i] += tmp[i];
   }
 };
 

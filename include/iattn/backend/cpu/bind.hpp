@@ -33,7 +33,7 @@ Matrix<T> apply_slabs(const Node& n, const context& cx, const Matrix<T>& X, bool
   const Index nslabs = (cx.D + slab_width - 1) / slab_width;
   parallel_for(nslabs, [&](Index s) {
     const Index c0 = s * slab_width, nc = std::min(slab_width, cx.D - c0);
-    std::vector<T> x(static_cast<std::size_t>(cx.L * nc)), y(static_cast<std::size_t>(cx.L * nc));
+    scratch<T> x(cx.L * nc), y(cx.L * nc);
     for (Index t = 0; t < cx.L; ++t) std::copy(X.row(t).data() + c0, X.row(t).data() + c0 + nc, x.data() + t * nc);
     if (transposed) slab_eval<Node>::apply_t(n, cx, c0, nc, x.data(), y.data());
     else slab_eval<Node>::apply(n, cx, c0, nc, x.data(), y.data());

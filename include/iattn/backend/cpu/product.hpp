@@ -24,13 +24,13 @@ template <class A, class B>
 struct slab_eval<Product<A, B>> {
   template <class T>
   static void apply(const Product<A, B>& n, const context& cx, Index c0, Index nc, const T* x, T* y) {
-    std::vector<T> tmp(static_cast<std::size_t>(cx.L * nc));
+    scratch<T> tmp(cx.L * nc);
     slab_eval<B>::apply(n.right(), cx, c0, nc, x, tmp.data());
     slab_eval<A>::apply(n.left(), cx, c0, nc, tmp.data(), y);
   }
   template <class T>
   static void apply_t(const Product<A, B>& n, const context& cx, Index c0, Index nc, const T* x, T* y) {
-    std::vector<T> tmp(static_cast<std::size_t>(cx.L * nc));
+    scratch<T> tmp(cx.L * nc);
     slab_eval<A>::apply_t(n.left(), cx, c0, nc, x, tmp.data());
     slab_eval<B>::apply_t(n.right(), cx, c0, nc, tmp.data(), y);
   }

@@ -16,6 +16,8 @@
 #include "tile.hpp"
 
 #include <algorithm>
+#include <memory>
+#include <utility>
 #include <vector>
 
 namespace iattn::cpu_detail {
@@ -32,6 +34,7 @@ struct slab_eval<Semiseparable<T>> {
  private:
   template <bool Transposed>
   static void run(const Semiseparable<T>& n, const context& cx, Index c0, Index nc, const T* x, T* y) {
+    if (n.factored() && n.head_dim() == 1) return run_across_channels<Transposed>(n, cx, c0, nc, x, y);
     const Index L = cx.L, N = n.state(), P = n.head_dim();
     const bool per_state = n.per_state(), strict = n.strict();
     const Index Nd = per_state ? N : 1;
@@ -52,8 +55,14 @@ struct slab_eval<Semiseparable<T>> {
     for (Index i = 0; i < L; ++i) {
       const Index t = Transposed ? L - 1 - i : i;
       const Index k = (Transposed && !strict) ? t + 1 : t;  // token whose decay this step applies
-      if (k < L) {  // the decays of all the slab's heads: one contiguous run of lambda's row
-        const T* l = lam.row(k) + h_begin * Nd;
+      if (k < L) {  // the decays of all the slab's heads: one contiguous run of log-decays
+        const T* l = lam.row(k) + h_begin * (n.factored() ? 1 : Nd);
+        if (n.factored()) {  // dt[k, h] * A[h, m], formed in dec and exponentiated in place
+          const T* A = n.decay_rate().row(h_begin);
+          for (Index hh = 0; hh < nh; ++hh)
+            for (Index m = 0; m < N; ++m) dec[std::size_t(hh * N + m)] = l[hh] * A[hh * N + m];
+          l = dec.data();
+        }
         simd::for_packs<T>(nh * Nd, [&](auto w, Index m) {
           using Pk = simd::pack<T, decltype(w)::value>;
           exp(Pk::load(l + m)).store(dec.data() + m);
@@ -78,6 +87,91 @@ struct slab_eval<Semiseparable<T>> {
         }
       }
     }
+  }
+
+  // Factored decay with one channel per head (Mamba-1): vectorised across channels, the state of
+  // the slab stored state-major (N, nc), each decay exp2(dt[t, c] * A[c, m] * log2 e) formed in a
+  // register. No horizontal reductions, and L*nc + nc*N decay inputs instead of L*nc*N.
+  template <bool Transposed>
+  static void run_across_channels(const Semiseparable<T>& n, const context& cx, Index c0, Index nc, const T* x,
+                                  T* y) {
+    const Index L = cx.L, N = n.state();
+    const bool strict = n.strict();
+    const auto& dt = n.lambda();
+    std::vector<T> state(static_cast<std::size_t>(N * nc), T(0)), rate(static_cast<std::size_t>(N * nc)),
+        bonus(n.has_bonus() ? static_cast<std::size_t>(N * nc) : 0), zero(static_cast<std::size_t>(nc), T(0));
+    const T log2e = T(1.4426950408889634074);
+    for (Index j = 0; j < nc; ++j)
+      for (Index m = 0; m < N; ++m) {
+        rate[std::size_t(m * nc + j)] = n.decay_rate()(c0 + j, m) * log2e;
+        if (n.has_bonus()) bonus[std::size_t(m * nc + j)] = n.bonus()(c0 + j, m);
+      }
+    // Runs of channels that share a B/C group.
+    std::vector<std::pair<Index, Index>> runs;
+    for (Index j = 0; j < nc;) {
+      const Index g = n.group_of_head(c0 + j);
+      Index e = j + 1;
+      while (e < nc && n.group_of_head(c0 + e) == g) ++e;
+      runs.emplace_back(j, e);
+      j = e;
+    }
+    for (Index i = 0; i < L; ++i) {
+      const Index t = Transposed ? L - 1 - i : i;
+      const Index k = (Transposed && !strict) ? t + 1 : t;
+      const T* dtr = k < L ? dt.row(k) + c0 : zero.data();  // k = L: the state is still zero
+      const T* xt = x + t * nc;
+      T* yt = y + t * nc;
+      for (auto [j0, j1] : runs) {
+        const Index g_off = n.group_of_head(c0 + j0) * N;
+        const T* in = (Transposed ? n.C().row(t) : n.B().row(t)) + g_off;
+        const T* out = (Transposed ? n.B().row(t) : n.C().row(t)) + g_off;
+        const T* u = bonus.empty() ? nullptr : bonus.data();
+        auto sweep = [&]<bool Strict>() {  // two packs at a time, then one, then single channels
+          constexpr int W = simd::width<T>;
+          Index j = j0;
+          for (; j + 2 * W <= j1; j += 2 * W) slab_eval::template scan_channels<W, 2, Strict>(N, nc, j, dtr, xt, rate.data(), u, state.data(), in, out, yt);
+          for (; j + W <= j1; j += W) slab_eval::template scan_channels<W, 1, Strict>(N, nc, j, dtr, xt, rate.data(), u, state.data(), in, out, yt);
+          for (; j < j1; ++j) slab_eval::template scan_channels<1, 1, Strict>(N, nc, j, dtr, xt, rate.data(), u, state.data(), in, out, yt);
+        };
+        if (strict) sweep.template operator()<true>();
+        else sweep.template operator()<false>();
+      }
+    }
+  }
+
+  // One token of the channel-vectorised scan for U packs of W channels starting at slab column j:
+  // U independent chains give the FMA units work while one chain waits on its accumulator.
+  //   inclusive: h = e h + in x; y = out . h        strict: y = out . (h + u in x); h = e h + in x
+  // with e = 2^(dt * rate), rate = A log2(e), all (N, nc) arrays state-major.
+  template <int W, int U, bool Strict>
+  static void scan_channels(Index N, Index nc, Index j, const T* dt, const T* x, const T* rate, const T* bonus,
+                            T* state, const T* in, const T* out, T* y) {
+    using Pk = simd::pack<T, W>;
+    Pk d[U], xv[U], acc[U];
+    for (int q = 0; q < U; ++q) {
+      d[q] = Pk::load(dt + j + q * W);
+      xv[q] = Pk::load(x + j + q * W);
+      acc[q] = Pk::broadcast(T(0));
+    }
+    for (Index m = 0; m < N; ++m) {
+      const Pk bi = Pk::broadcast(in[m]), bo = Pk::broadcast(out[m]);
+      const Index row = m * nc + j;
+      for (int q = 0; q < U; ++q) {
+        T* h = state + row + q * W;
+        const Pk e = exp2(d[q] * Pk::load(rate + row + q * W));
+        const Pk ix = bi * xv[q];
+        const Pk hv = Pk::load(h);
+        if constexpr (Strict) {
+          acc[q] = fma(bo, bonus ? fma(Pk::load(bonus + row + q * W), ix, hv) : hv, acc[q]);
+          fma(e, hv, ix).store(h);
+        } else {
+          const Pk hn = fma(e, hv, ix);
+          hn.store(h);
+          acc[q] = fma(bo, hn, acc[q]);
+        }
+      }
+    }
+    for (int q = 0; q < U; ++q) acc[q].store(y + j + q * W);
   }
 
   template <class Pk, bool PerState>
@@ -112,15 +206,27 @@ struct slab_eval<Semiseparable<T>> {
 
 template <class T>
 struct channel_eval<Semiseparable<T>, T> {
+  std::shared_ptr<const Matrix<T>> lam;  // one head's (L, N) log-decays, formed from a factored decay
   decay_tiles<T, log_decay> tiles;
-  channel_eval(const Semiseparable<T>& n, const context& cx, Index c) : tiles(make(n, cx, c)) {}
+  channel_eval(const Semiseparable<T>& n, const context& cx, Index c) : lam(expand(n, cx, c)), tiles(make(n, cx, c, *lam)) {}
   void block(Index i0, Index i1, Index j0, Index j1, tile<T> out) const { tiles.block(i0, i1, j0, j1, out); }
 
  private:
-  static decay_tiles<T, log_decay> make(const Semiseparable<T>& n, const context& cx, Index c) {
+  static std::shared_ptr<const Matrix<T>> expand(const Semiseparable<T>& n, const context& cx, Index c) {
+    auto l = std::make_shared<Matrix<T>>();
+    if (!n.factored()) return l;
+    const Index h = n.head_of(c);
+    l->resize(cx.L, n.state());
+    for (Index t = 0; t < cx.L; ++t)
+      for (Index m = 0; m < n.state(); ++m) (*l)(t, m) = n.log_decay(t, h, m);
+    return l;
+  }
+  static decay_tiles<T, log_decay> make(const Semiseparable<T>& n, const context& cx, Index c, const Matrix<T>& lam) {
     const Index h = n.head_of(c), g = n.group_of_head(h), N = n.state();
     const Index Nd = n.per_state() ? N : 1;
-    return decay_tiles<T, log_decay>(cx.L, N, Nd, n.strict(), {n.lambda().data() + h * Nd, n.lambda().cols()},
+    const strided<T> decay = n.factored() ? strided<T>{lam.data(), N}
+                                          : strided<T>{n.lambda().data() + h * Nd, n.lambda().cols()};
+    return decay_tiles<T, log_decay>(cx.L, N, Nd, n.strict(), decay,
                                      {n.B().data() + g * N, n.B().cols()}, {n.C().data() + g * N, n.C().cols()},
                                      n.has_bonus() ? n.bonus().row(h) : nullptr);
   }

@@ -15,6 +15,7 @@
 #include <Eigen/Core>
 
 #include <algorithm>
+#include <memory>
 #include <vector>
 
 namespace iattn::cpu_detail {
@@ -46,6 +47,16 @@ struct tile_buffer {
   std::vector<T> storage;
   tile<T> view;
   tile_buffer(Index rows, Index cols) : storage(std::size_t(std::max<Index>(rows * cols, 1))), view{storage.data(), rows, cols, cols} {}
+};
+
+/// Uninitialised scratch for one (L, nc) slab: every evaluator writes its whole output before
+/// reading it, so no pass is spent zeroing.
+template <class T>
+struct scratch {
+  std::unique_ptr<T[]> p;
+  explicit scratch(Index n) : p(new T[std::size_t(std::max<Index>(n, 1))]) {}
+  T* data() const { return p.get(); }
+  T& operator[](Index i) const { return p[std::size_t(i)]; }
 };
 
 template <class Node>
