@@ -1,0 +1,147 @@
+// iattn/models/common.hpp: what every model helper shares.
+//
+// - decomposition<T, Op>: the exact split of a block, output = out_proj(apply(H, x) + beta).
+// - nn: the token-wise building blocks of the plain forwards (linear layers in PyTorch's weight
+//   layout, depthwise causal convolution, activations), written with loops so that the forwards
+//   stay independent of the iattn operators they are checked against.
+// - init: seeded random initialisers (PyTorch's default Linear/Conv1d init and friends).
+// - check_field: weight shape checks that name the model, the field and the expected shape.
+#pragma once
+
+#include "../core/config.hpp"
+#include "../core/error.hpp"
+#include "../evaluate.hpp"
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <string>
+
+namespace iattn::models {
+
+/// The exact decomposition of one block on one sequence: `output() == out_proj(apply(H, x) + beta)`
+/// equals the block's own forward. x is the inner input (L, D), H acts on the D inner channels,
+/// beta (L, D) collects every input-independent term (biases, centring), and the output projection
+/// is a PyTorch Linear: weight (d_model, D), bias (1, d_model) or empty.
+template <Scalar T, class Op>
+struct decomposition {
+  Matrix<T> x;
+  Op H;
+  Matrix<T> beta;
+  Matrix<T> out_weight;
+  Matrix<T> out_bias;
+
+  /// Y W^T + b: the output projection of an inner sequence Y (L, D).
+  Matrix<T> project(const Matrix<T>& Y) const {
+    Matrix<T> out = Y * out_weight.transpose();
+    if (out_bias.size() != 0) out.rowwise() += out_bias.row(0);
+    return out;
+  }
+  /// The block output rebuilt from the decomposition.
+  Matrix<T> output() const { return project(Matrix<T>(apply(H, x) + beta)); }
+};
+
+template <Scalar T, class Op>
+decomposition<T, Op> make_decomposition(Matrix<T> x, Op H, Matrix<T> beta, Matrix<T> out_weight,
+                                        Matrix<T> out_bias = {}) {
+  return {std::move(x), std::move(H), std::move(beta), std::move(out_weight), std::move(out_bias)};
+}
+
+/// Throws unless M is (rows, cols): "<model>: <field> has shape (r, c) but expected <expected>".
+template <class M>
+void check_field(const char* model, const char* field, const M& m, Index rows, Index cols, const std::string& expected) {
+  detail::require_shape(m.rows() == rows && m.cols() == cols, model, field, m.rows(), m.cols(), expected);
+}
+
+namespace nn {
+
+template <class T>
+T sigmoid(T v) {
+  return v >= 0 ? T(1) / (T(1) + std::exp(-v)) : std::exp(v) / (T(1) + std::exp(v));
+}
+template <class T>
+T silu(T v) { return v * sigmoid(v); }
+/// log(1 + e^v), as torch.nn.functional.softplus (threshold 20).
+template <class T>
+T softplus(T v) { return v > T(20) ? v : std::log1p(std::exp(v)); }
+/// The inverse of softplus for v > 0: v + log(-expm1(-v)).
+template <class T>
+T inverse_softplus(T v) { return v + std::log(-std::expm1(-v)); }
+/// GELU, tanh approximation (recurrentgemma's jax.nn.gelu default).
+template <class T>
+T gelu_tanh(T v) {
+  const T k = T(0.7978845608028654);  // sqrt(2/pi)
+  return T(0.5) * v * (T(1) + std::tanh(k * (v + T(0.044715) * v * v * v)));
+}
+
+template <class T, class F>
+Matrix<T> map(const Matrix<T>& X, F&& f) {
+  Matrix<T> Y(X.rows(), X.cols());
+  for (Index i = 0; i < X.size(); ++i) Y.data()[i] = f(X.data()[i]);
+  return Y;
+}
+
+/// X W^T (+ b): a PyTorch Linear with weight (out, in) and bias (1, out) or empty.
+template <class T>
+Matrix<T> linear(const Matrix<T>& X, const Matrix<T>& W, const Matrix<T>& b = {}) {
+  Matrix<T> Y = X * W.transpose();
+  if (b.size() != 0) Y.rowwise() += b.row(0);
+  return Y;
+}
+
+/// Depthwise causal Conv1d as PyTorch's Conv1d(groups=D, padding=K-1)[..., :L], weight (D, K)
+/// (PyTorch's (D, 1, K) without the singleton), bias (1, D) or empty: y_t[c] = b[c] + sum_k w[c, k] x_{t-K+1+k}[c].
+template <class T>
+Matrix<T> causal_conv1d(const Matrix<T>& X, const Matrix<T>& w, const Matrix<T>& b = {}) {
+  const Index L = X.rows(), D = X.cols(), K = w.cols();
+  Matrix<T> Y(L, D);
+  for (Index t = 0; t < L; ++t)
+    for (Index c = 0; c < D; ++c) {
+      T acc = b.size() ? b(0, c) : T(0);
+      for (Index k = 0; k < K; ++k) {
+        const Index s = t - K + 1 + k;
+        if (s >= 0) acc += w(c, k) * X(s, c);
+      }
+      Y(t, c) = acc;
+    }
+  return Y;
+}
+
+}  // namespace nn
+
+namespace init {
+
+/// A seeded generator; every model initialiser draws its tensors from one, in field order.
+using generator = std::mt19937_64;
+
+template <class T>
+Matrix<T> uniform(generator& g, Index rows, Index cols, double lo, double hi) {
+  std::uniform_real_distribution<double> d(lo, hi);
+  Matrix<T> m(rows, cols);
+  for (Index i = 0; i < m.size(); ++i) m.data()[i] = T(d(g));
+  return m;
+}
+template <class T>
+Matrix<T> normal(generator& g, Index rows, Index cols, double sd) {
+  std::normal_distribution<double> d(0.0, sd);
+  Matrix<T> m(rows, cols);
+  for (Index i = 0; i < m.size(); ++i) m.data()[i] = T(d(g));
+  return m;
+}
+/// PyTorch's default nn.Linear / nn.Conv1d init: U(-1/sqrt(fan_in), 1/sqrt(fan_in)).
+template <class T>
+Matrix<T> torch_default(generator& g, Index rows, Index cols, Index fan_in) {
+  const double b = 1.0 / std::sqrt(double(fan_in));
+  return uniform<T>(g, rows, cols, -b, b);
+}
+
+}  // namespace init
+
+/// A sample input (L, d_model) for examples and tests: standard normal, seeded.
+template <Scalar T>
+Matrix<T> sample_input(Index L, Index d_model, std::uint64_t seed = 7) {
+  init::generator g(seed);
+  return init::normal<T>(g, L, d_model, 1.0);
+}
+
+}  // namespace iattn::models
