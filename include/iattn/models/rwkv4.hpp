@@ -151,9 +151,9 @@ auto rwkv4_wkv(const rwkv4_weights<T>& w, const Matrix<T>& k) {
   const Index L = k.rows(), A = w.config.attention_hidden_size;
   Matrix<T> lam(L, A), B(L, A);
   for (Index c = 0; c < A; ++c) {
-    const T kmax = k.col(c).maxCoeff();
+    const T kmax = k.col(c).maxCoeff(), decay = -std::exp(w.time_decay(0, c));
     for (Index t = 0; t < L; ++t) {
-      lam(t, c) = -std::exp(w.time_decay(0, c));
+      lam(t, c) = decay;
       B(t, c) = std::exp(k(t, c) - kmax);
     }
   }

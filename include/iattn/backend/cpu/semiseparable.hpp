@@ -106,6 +106,7 @@ struct slab_eval<Semiseparable<T>> {
         rate[std::size_t(m * nc + j)] = n.decay_rate()(c0 + j, m) * log2e;
         if (n.has_bonus()) bonus[std::size_t(m * nc + j)] = n.bonus()(c0 + j, m);
       }
+    const T* u = bonus.empty() ? nullptr : bonus.data();
     // Runs of channels that share a B/C group.
     std::vector<std::pair<Index, Index>> runs;
     for (Index j = 0; j < nc;) {
@@ -125,7 +126,6 @@ struct slab_eval<Semiseparable<T>> {
         const Index g_off = n.group_of_head(c0 + j0) * N;
         const T* in = (Transposed ? n.C().row(t) : n.B().row(t)) + g_off;
         const T* out = (Transposed ? n.B().row(t) : n.C().row(t)) + g_off;
-        const T* u = bonus.empty() ? nullptr : bonus.data();
         auto sweep = [&]<bool Strict>() {  // two packs at a time, then one, then single channels
           constexpr int W = simd::width<T>;
           Index j = j0;
