@@ -1,7 +1,7 @@
 // Exact decompositions of the model blocks against their own recurrent forwards, the evaluation
 // properties on the models' operators, the papers' matrices written out by hand (L = 3), the
 // segment-sum closed form of Mamba-2's minimal SSD, and weight shape errors.
-#include "support/test_common.hpp"
+#include "support/model_checks.hpp"
 
 #include <iattn/models/griffin.hpp>
 #include <iattn/models/mamba.hpp>
@@ -14,8 +14,6 @@ using Catch::Matchers::Contains;
 using iattn::Matrix;
 
 namespace {
-
-const std::vector<Index> model_lengths = {1, 5, 64, 300};
 
 // Realistic small shapes (the inner widths and state sizes of the small checkpoints, scaled down).
 template <class T>
@@ -41,27 +39,6 @@ griffin_weights<T> small_griffin(std::uint64_t seed) {
 }
 template <class T>
 rwkv4_weights<T> small_rwkv4(std::uint64_t seed) { return rwkv4_init<T>({.hidden_size = 32, .attention_hidden_size = 32, .layer_id = 1, .num_hidden_layers = 4}, seed); }
-
-template <class T>
-double model_tol() { return std::is_same_v<T, float> ? 1e-4 : 1e-10; }
-
-/// |block - out_proj(H x + beta)| <= tol (1 + max|block|) (relative in float), and per channel
-/// materialize(H, c) x[:, c] equals apply's column c, and H is causal.
-template <class T, class Dec>
-void check_exact(const Matrix<T>& block, const Dec& d, bool causal = true) {
-
-  const double scale = 1.0 + dd(block).cwiseAbs().maxCoeff();
-  const double err = (dd(d.output()) - dd(block)).cwiseAbs().maxCoeff();
-  INFO("max |block - decomposition| = " << err << ", scale " << scale);
-  REQUIRE(err <= model_tol<T>() * scale);
-  const MatD y = dd(Matrix<T>(iattn::apply(d.H, d.x)));
-  const Index D = d.x.cols(), L = d.x.rows();
-  for (Index c : {Index(0), D / 2, D - 1}) {
-    const MatD M = dd(Matrix<T>(iattn::materialize(d.H, c)));
-    check_close(M * dd(d.x).col(c), y.col(c), model_tol<T>());
-    if (causal && L > 1) REQUIRE(MatD(M.triangularView<Eigen::StrictlyUpper>()).cwiseAbs().maxCoeff() == 0.0);
-  }
-}
 
 }  // namespace
 

@@ -61,6 +61,9 @@ T sigmoid(T v) {
 }
 template <class T>
 T silu(T v) { return v * sigmoid(v); }
+/// log(sigmoid(v)) without overflow or cancellation.
+template <class T>
+T log_sigmoid(T v) { return v >= 0 ? -std::log1p(std::exp(-v)) : v - std::log1p(std::exp(v)); }
 /// log(1 + e^v), as torch.nn.functional.softplus (threshold 20).
 template <class T>
 T softplus(T v) { return v > T(20) ? v : std::log1p(std::exp(v)); }
@@ -132,6 +135,13 @@ Matrix<T> normal(generator& g, Index rows, Index cols, double sd) {
 template <class T>
 Matrix<T> torch_default(generator& g, Index rows, Index cols, Index fan_in) {
   const double b = 1.0 / std::sqrt(double(fan_in));
+  return uniform<T>(g, rows, cols, -b, b);
+}
+
+/// Glorot's uniform init of a (fan_out, fan_in) weight: U(+-gain sqrt(6 / (fan_in + fan_out))).
+template <class T>
+Matrix<T> xavier_uniform(generator& g, Index rows, Index cols, double gain) {
+  const double b = gain * std::sqrt(6.0 / double(rows + cols));
   return uniform<T>(g, rows, cols, -b, b);
 }
 
