@@ -64,6 +64,14 @@ T silu(T v) { return v * sigmoid(v); }
 /// log(sigmoid(v)) without overflow or cancellation.
 template <class T>
 T log_sigmoid(T v) { return v >= 0 ? -std::log1p(std::exp(-v)) : v - std::log1p(std::exp(v)); }
+/// log(lb + (1 - lb) sigmoid(v)) for a lower bound lb in [0, 1) (HGRN's forget gate), as
+/// logaddexp(log lb, log1p(-lb) + logsigmoid(v)): both terms <= 0, no cancellation.
+template <class T>
+T log_bounded_sigmoid(T v, T lb) {
+  if (lb == T(0)) return log_sigmoid(v);
+  const T a = std::log(lb), b = std::log1p(-lb) + log_sigmoid(v), m = std::max(a, b);
+  return m + std::log1p(std::exp(std::min(a, b) - m));
+}
 /// log(1 + e^v), as torch.nn.functional.softplus (threshold 20).
 template <class T>
 T softplus(T v) { return v > T(20) ? v : std::log1p(std::exp(v)); }
@@ -108,6 +116,61 @@ Matrix<T> causal_conv1d(const Matrix<T>& X, const Matrix<T>& w, const Matrix<T>&
       Y(t, c) = acc;
     }
   return Y;
+}
+
+/// The matrix-state recurrence of gated linear attention (fla's fused_recurrent_gla / _rwkv6), per
+/// head h with keys (L, H*dk) and values (L, H*dv), g the log-decay (L, H*dk):
+///   S_t = diag(exp g_t) S_{t-1} + k_t v_t^T,   o_t = q_t^T S_t                  (no bonus)
+///   o_t = q_t^T (S_{t-1} + diag(bonus_h) k_t v_t^T), then S_t as above           (RWKV-6, bonus (H, dk))
+template <class T>
+Matrix<T> gated_state_scan(const Matrix<T>& q, const Matrix<T>& k, const Matrix<T>& v, const Matrix<T>& g,
+                           Index heads, const Matrix<T>& bonus = {}) {
+  const Index L = q.rows(), dk = q.cols() / heads, dv = v.cols() / heads;
+  Matrix<T> o(L, v.cols());
+  for (Index h = 0; h < heads; ++h) {
+    Matrix<T> S = Matrix<T>::Zero(dk, dv);
+    for (Index t = 0; t < L; ++t) {
+      if (bonus.size() == 0) {
+        for (Index i = 0; i < dk; ++i) {
+          const T decay = std::exp(g(t, h * dk + i)), key = k(t, h * dk + i);
+          for (Index j = 0; j < dv; ++j) S(i, j) = decay * S(i, j) + key * v(t, h * dv + j);
+        }
+      }
+      for (Index j = 0; j < dv; ++j) {
+        T acc = 0;
+        for (Index i = 0; i < dk; ++i) {
+          const T state = bonus.size() ? S(i, j) + bonus(h, i) * k(t, h * dk + i) * v(t, h * dv + j) : S(i, j);
+          acc += q(t, h * dk + i) * state;
+        }
+        o(t, h * dv + j) = acc;
+      }
+      if (bonus.size() != 0) {
+        for (Index i = 0; i < dk; ++i) {
+          const T decay = std::exp(g(t, h * dk + i)), key = k(t, h * dk + i);
+          for (Index j = 0; j < dv; ++j) S(i, j) = decay * S(i, j) + key * v(t, h * dv + j);
+        }
+      }
+    }
+  }
+  return o;
+}
+
+/// Normalises each row's `groups` contiguous groups of X in place: (x - mu) / sqrt(var + eps) with
+/// mu = 0 unless centered (RMS norm), then times weight (1, D) and plus bias (1, D) when given.
+template <class T>
+void group_norm_rows(Matrix<T>& X, Index groups, double eps, bool centered, const Matrix<T>& weight = {},
+                     const Matrix<T>& bias = {}) {
+  const Index D = X.cols(), Dg = D / groups;
+  for (Index t = 0; t < X.rows(); ++t)
+    for (Index g = 0; g < groups; ++g) {
+      auto seg = X.row(t).segment(g * Dg, Dg);
+      const T mu = centered ? seg.mean() : T(0);
+      const T inv = T(1) / std::sqrt((seg.array() - mu).square().mean() + T(eps));
+      for (Index j = 0; j < Dg; ++j) {
+        const Index c = g * Dg + j;
+        seg(j) = (seg(j) - mu) * inv * (weight.size() ? weight(0, c) : T(1)) + (bias.size() ? bias(0, c) : T(0));
+      }
+    }
 }
 
 }  // namespace nn

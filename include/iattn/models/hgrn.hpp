@@ -94,15 +94,8 @@ hgrn_activations<T> hgrn_project(const hgrn_weights<T>& w, const Matrix<T>& u) {
   s.g = nn::linear<T>(u, w.g_proj_weight);
   s.log_f = nn::linear<T>(u, w.f_proj_weight);
   for (Index t = 0; t < s.log_f.rows(); ++t)
-    for (Index j = 0; j < s.log_f.cols(); ++j) {
-      const T ls = nn::log_sigmoid(s.log_f(t, j));
-      if (w.lower_bound.size() == 0 || w.lower_bound(0, j) == T(0)) {
-        s.log_f(t, j) = ls;
-      } else {  // logaddexp(log lb, log1p(-lb) + ls), both terms <= 0
-        const T a = std::log(w.lower_bound(0, j)), b = std::log1p(-w.lower_bound(0, j)) + ls, m = std::max(a, b);
-        s.log_f(t, j) = m + std::log1p(std::exp(std::min(a, b) - m));
-      }
-    }
+    for (Index j = 0; j < s.log_f.cols(); ++j)
+      s.log_f(t, j) = nn::log_bounded_sigmoid(s.log_f(t, j), w.lower_bound.size() ? w.lower_bound(0, j) : T(0));
   return s;
 }
 

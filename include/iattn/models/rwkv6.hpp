@@ -1,0 +1,207 @@
+// iattn/models/rwkv6.hpp: RWKV-6 ("Finch") time mixing in the form of fla's `RWKV6Attention`, as
+// implicit attention: data-dependent token shift, data-dependent decay, bonus u, per-head group norm.
+//
+// Forward, H heads, key width dk = K/H, value width dv = V/H, u_{-1} = 0:
+//   delta_t = u_{t-1} - u_t
+//   a = tanh(x_proj_0_linear(u + delta * x_proj_0_mu))                         (L, 5R)
+//   mu_n[t, :] = sum_r a[t, nR + r] x_proj_2[:, nR + r] + x_bias[n]             n = r, w, k, v, g
+//   r = r_proj(u + delta mu_r), k = k_proj(u + delta mu_k), v, g likewise        (L, K) / (L, V)
+//   w = -exp(lora_2(tanh(lora_0(u + delta mu_w))) + lora_2_bias)               (L, K), the log-decay
+//   o_t = r_t^T (S_{t-1} + diag(bonus) k_t v_t^T),  S_t = diag(exp w_t) S_{t-1} + k_t v_t^T   (per head)
+//   out = o_proj(GroupNorm_H(o) * SiLU(g))        (centred, weight and bias, eps)
+//
+// Exact decomposition over the V value channels, inner input x = v:
+//   H    = diag(SiLU g) N S_strict(lambda = w, B = k, C = r, bonus; H heads, dv channels each, H groups)
+//   beta = SiLU(g) * (offset(N) + g_norm_bias)
+// N is the per-head group norm bound to its actual input; its centring and bias go to beta.
+#pragma once
+
+#include "../iattn.hpp"
+#include "common.hpp"
+
+#include <cstdint>
+#include <string>
+
+namespace iattn::models {
+
+struct rwkv6_config {
+  Index hidden_size = 64;
+  Index key_dim = 32;             ///< K = expand_k * hidden_size (fla's default expand_k = 0.5)
+  Index value_dim = 64;           ///< V = expand_v * hidden_size
+  Index num_heads = 4;
+  Index proj_low_rank_dim = 32;   ///< R, the data-dependent token shift's rank
+  Index gate_low_rank_dim = 64;   ///< the decay LoRA's rank
+  double norm_eps = 1e-5;
+  Index layer_idx = 0;            ///< for the initialiser's depth-dependent ratios
+  Index num_layers = 1;
+  Index head_k_dim() const { return key_dim / num_heads; }
+  Index head_v_dim() const { return value_dim / num_heads; }
+};
+
+/// fla `RWKV6Attention` parameters, '.' written '_' (e.g. w_proj.linear.lora.0.weight ->
+/// w_proj_linear_lora_0_weight).
+template <Scalar T>
+struct rwkv6_weights {
+  rwkv6_config config;
+  Matrix<T> x_proj_0_mu;                  ///< (1, hidden)
+  Matrix<T> x_proj_0_linear_weight;       ///< (5R, hidden)
+  Matrix<T> x_proj_2_weight;              ///< (hidden, 5R)
+  Matrix<T> x_bias;                       ///< (5, hidden), rows r, w, k, v, g
+  Matrix<T> r_proj_linear_weight;         ///< (K, hidden)
+  Matrix<T> w_proj_linear_lora_0_weight;  ///< (gate_low_rank_dim, hidden)
+  Matrix<T> w_proj_linear_lora_2_weight;  ///< (K, gate_low_rank_dim)
+  Matrix<T> w_proj_linear_lora_2_bias;    ///< (1, K)
+  Matrix<T> k_proj_linear_weight;         ///< (K, hidden)
+  Matrix<T> v_proj_linear_weight;         ///< (V, hidden)
+  Matrix<T> g_proj_linear_weight;         ///< (V, hidden)
+  Matrix<T> bonus;                        ///< (H, head_k_dim)
+  Matrix<T> g_norm_weight;                ///< (1, V)
+  Matrix<T> g_norm_bias;                  ///< (1, V)
+  Matrix<T> o_proj_weight;                ///< (hidden, V)
+
+  void check() const {
+    const auto& c = config;
+    using std::to_string;
+    const char* m = "rwkv6";
+    if (c.num_heads < 1 || c.key_dim % c.num_heads != 0 || c.value_dim % c.num_heads != 0)
+      detail::fail(m, "num_heads " + to_string(c.num_heads) + " must divide key_dim = " + to_string(c.key_dim) +
+                          " and value_dim = " + to_string(c.value_dim));
+    const Index d = c.hidden_size, K = c.key_dim, V = c.value_dim, R5 = 5 * c.proj_low_rank_dim, Rg = c.gate_low_rank_dim;
+    const std::string sd = to_string(d), sK = to_string(K), sV = to_string(V);
+    const std::string Kd = "(key_dim=" + sK + ", hidden_size=" + sd + ")", Vd = "(value_dim=" + sV + ", hidden_size=" + sd + ")";
+    check_field(m, "x_proj_0_mu", x_proj_0_mu, 1, d, "(1, hidden_size=" + sd + ")");
+    check_field(m, "x_proj_0_linear_weight", x_proj_0_linear_weight, R5, d, "(5*proj_low_rank_dim=" + to_string(R5) + ", hidden_size=" + sd + ")");
+    check_field(m, "x_proj_2_weight", x_proj_2_weight, d, R5, "(hidden_size=" + sd + ", 5*proj_low_rank_dim=" + to_string(R5) + ")");
+    check_field(m, "x_bias", x_bias, 5, d, "(5, hidden_size=" + sd + ")");
+    check_field(m, "r_proj_linear_weight", r_proj_linear_weight, K, d, Kd);
+    check_field(m, "w_proj_linear_lora_0_weight", w_proj_linear_lora_0_weight, Rg, d, "(gate_low_rank_dim=" + to_string(Rg) + ", hidden_size=" + sd + ")");
+    check_field(m, "w_proj_linear_lora_2_weight", w_proj_linear_lora_2_weight, K, Rg, "(key_dim=" + sK + ", gate_low_rank_dim=" + to_string(Rg) + ")");
+    check_field(m, "w_proj_linear_lora_2_bias", w_proj_linear_lora_2_bias, 1, K, "(1, key_dim=" + sK + ")");
+    check_field(m, "k_proj_linear_weight", k_proj_linear_weight, K, d, Kd);
+    check_field(m, "v_proj_linear_weight", v_proj_linear_weight, V, d, Vd);
+    check_field(m, "g_proj_linear_weight", g_proj_linear_weight, V, d, Vd);
+    check_field(m, "bonus", bonus, c.num_heads, c.head_k_dim(), "(num_heads=" + to_string(c.num_heads) + ", head_k_dim=" + to_string(c.head_k_dim()) + ")");
+    check_field(m, "g_norm_weight", g_norm_weight, 1, V, "(1, value_dim=" + sV + ")");
+    check_field(m, "g_norm_bias", g_norm_bias, 1, V, "(1, value_dim=" + sV + ")");
+    check_field(m, "o_proj_weight", o_proj_weight, d, V, "(hidden_size=" + sd + ", value_dim=" + sV + ")");
+  }
+};
+
+/// Initialisation: fla's xavier_uniform (gain 2^-2.5) for the projections; the time parameters from
+/// the official RWKV-6 (BlinkDL's RWKV-LM): token-shift ratios 1 - (i/d)^(ratio), decay speeds
+/// -6 + 5 (n/(K-1))^(0.7 + 1.3 r01), bonus r01 (1 - n/(K-1)) + 0.1 ((n+1) % 3 - 1). The references
+/// zero the two LoRA down-projections, which makes shift and decay data-independent at step 0; we
+/// draw them from U(+-0.1) instead so that the data dependence the decomposition must carry is
+/// there to test (docs/decisions.md).
+template <Scalar T>
+rwkv6_weights<T> rwkv6_init(const rwkv6_config& c, std::uint64_t seed = 0) {
+  init::generator g(seed);
+  rwkv6_weights<T> w;
+  w.config = c;
+  const Index d = c.hidden_size, K = c.key_dim, V = c.value_dim, R5 = 5 * c.proj_low_rank_dim, Rg = c.gate_low_rank_dim;
+  const double r01 = c.num_layers > 1 ? double(c.layer_idx) / double(c.num_layers - 1) : 0.0;
+  const double r10 = 1.0 - double(c.layer_idx) / double(c.num_layers);
+  const double gain = std::pow(2.0, -2.5);
+  w.x_proj_0_mu.resize(1, d);
+  w.x_bias.resize(5, d);
+  for (Index i = 0; i < d; ++i) {
+    const double f = double(i) / double(d);
+    w.x_proj_0_mu(0, i) = T(1 - std::pow(f, r10));
+    w.x_bias(0, i) = T(1 - std::pow(f, 0.5 * r10));        // r
+    w.x_bias(1, i) = T(1 - std::pow(f, r10));              // w
+    w.x_bias(2, i) = T(1 - std::pow(f, r10));              // k
+    w.x_bias(3, i) = T(1 - (std::pow(f, r10) + 0.3 * r01));  // v
+    w.x_bias(4, i) = T(1 - std::pow(f, 0.5 * r10));        // g
+  }
+  w.x_proj_0_linear_weight = init::uniform<T>(g, R5, d, -0.1, 0.1);
+  w.x_proj_2_weight = init::uniform<T>(g, d, R5, -0.01, 0.01);
+  w.r_proj_linear_weight = init::xavier_uniform<T>(g, K, d, gain);
+  w.w_proj_linear_lora_0_weight = init::uniform<T>(g, Rg, d, -0.1, 0.1);
+  w.w_proj_linear_lora_2_weight = init::uniform<T>(g, K, Rg, -0.01, 0.01);
+  w.w_proj_linear_lora_2_bias.resize(1, K);
+  w.bonus.resize(c.num_heads, c.head_k_dim());
+  for (Index n = 0; n < K; ++n) {
+    const double f = K > 1 ? double(n) / double(K - 1) : 0.0;
+    w.w_proj_linear_lora_2_bias(0, n) = T(-6 + 5 * std::pow(f, 0.7 + 1.3 * r01));
+    w.bonus(n / c.head_k_dim(), n % c.head_k_dim()) = T(r01 * (1 - f) + 0.1 * double((n + 1) % 3 - 1));
+  }
+  w.k_proj_linear_weight = init::xavier_uniform<T>(g, K, d, gain);
+  w.v_proj_linear_weight = init::xavier_uniform<T>(g, V, d, gain);
+  w.g_proj_linear_weight = init::xavier_uniform<T>(g, V, d, gain);
+  w.g_norm_weight = Matrix<T>::Ones(1, V);
+  w.g_norm_bias = Matrix<T>::Zero(1, V);
+  w.o_proj_weight = init::xavier_uniform<T>(g, d, V, gain);
+  return w;
+}
+
+template <Scalar T>
+struct rwkv6_activations {
+  Matrix<T> r, w, k, v, g;  // (L, K) x3 with w the log-decay -exp(.), (L, V) x2 with g before SiLU
+};
+
+template <Scalar T>
+rwkv6_activations<T> rwkv6_project(const rwkv6_weights<T>& wt, const Matrix<T>& u) {
+  wt.check();
+  const auto& c = wt.config;
+  detail::require_shape(u.cols() == c.hidden_size, "rwkv6", "u", u.rows(), u.cols(), "(L, hidden_size=" + std::to_string(c.hidden_size) + ")");
+  const Index L = u.rows(), d = c.hidden_size, R = c.proj_low_rank_dim;
+  Matrix<T> delta(L, d);
+  for (Index t = 0; t < L; ++t) delta.row(t) = (t > 0 ? Matrix<T>(u.row(t - 1)) : Matrix<T>::Zero(1, d)) - u.row(t);
+  auto lerp = [&](const Matrix<T>& mu) {  // u + delta * mu, mu (1, d) or (L, d)
+    Matrix<T> m(L, d);
+    for (Index t = 0; t < L; ++t)
+      for (Index i = 0; i < d; ++i) m(t, i) = u(t, i) + delta(t, i) * (mu.rows() == 1 ? mu(0, i) : mu(t, i));
+    return m;
+  };
+  const Matrix<T> a = nn::map<T>(nn::linear<T>(lerp(wt.x_proj_0_mu), wt.x_proj_0_linear_weight), [](T v) { return std::tanh(v); });
+  Matrix<T> mix[5];
+  for (Index n = 0; n < 5; ++n) {
+    mix[n] = Matrix<T>(a.middleCols(n * R, R)) * wt.x_proj_2_weight.middleCols(n * R, R).transpose();
+    mix[n].rowwise() += wt.x_bias.row(n);
+  }
+  rwkv6_activations<T> s;
+  s.r = nn::linear<T>(lerp(mix[0]), wt.r_proj_linear_weight);
+  const Matrix<T> lw = nn::map<T>(nn::linear<T>(lerp(mix[1]), wt.w_proj_linear_lora_0_weight), [](T v) { return std::tanh(v); });
+  s.w = nn::map<T>(nn::linear<T>(lw, wt.w_proj_linear_lora_2_weight, wt.w_proj_linear_lora_2_bias), [](T v) { return -std::exp(v); });
+  s.k = nn::linear<T>(lerp(mix[2]), wt.k_proj_linear_weight);
+  s.v = nn::linear<T>(lerp(mix[3]), wt.v_proj_linear_weight);
+  s.g = nn::linear<T>(lerp(mix[4]), wt.g_proj_linear_weight);
+  return s;
+}
+
+/// The layer's forward (the oracle).
+template <Scalar T>
+Matrix<T> rwkv6_forward(const rwkv6_weights<T>& wt, const Matrix<T>& u) {
+  const auto s = rwkv6_project(wt, u);
+  Matrix<T> o = nn::gated_state_scan<T>(s.r, s.k, s.v, s.w, wt.config.num_heads, wt.bonus);
+  nn::group_norm_rows<T>(o, wt.config.num_heads, wt.config.norm_eps, true, wt.g_norm_weight, wt.g_norm_bias);
+  o.array() *= nn::map<T>(s.g, [](T v) { return nn::silu(v); }).array();
+  return nn::linear<T>(o, wt.o_proj_weight);
+}
+
+/// The WKV matrix S_strict(w, k, r, bonus), before the norm and the gate.
+template <Scalar T>
+auto rwkv6_wkv(const rwkv6_weights<T>& wt, const rwkv6_activations<T>& s) {
+  const auto& c = wt.config;
+  return semiseparable(Matrix<T>(s.w), Matrix<T>(s.k), Matrix<T>(s.r), Matrix<T>(wt.bonus),
+                       {.heads = c.num_heads, .head_dim = c.head_v_dim(), .groups = c.num_heads});
+}
+
+/// The exact decomposition: rwkv6_forward(w, u) == d.output(), x = v.
+template <Scalar T>
+auto rwkv6_decompose(const rwkv6_weights<T>& wt, const Matrix<T>& u) {
+  const auto s = rwkv6_project(wt, u);
+  const auto& c = wt.config;
+  const Index L = u.rows();
+  auto S = rwkv6_wkv(wt, s);
+  const Matrix<T> o = apply(S, s.v);
+  const auto n = group_norm(c.num_heads, Matrix<T>(wt.g_norm_weight), {.eps = c.norm_eps, .centered = true});
+  const auto nb = n.bound_to(n.compute(o.data(), L, c.value_dim));
+  const Matrix<T> gate = nn::map<T>(s.g, [](T v) { return nn::silu(v); });
+  Matrix<T> shift = offset(nb);
+  shift.rowwise() += wt.g_norm_bias.row(0);
+  Matrix<T> beta = gate.cwiseProduct(shift);
+  return make_decomposition<T>(s.v, diagonal(Matrix<T>(gate)) * nb * std::move(S), std::move(beta), wt.o_proj_weight);
+}
+
+}  // namespace iattn::models
