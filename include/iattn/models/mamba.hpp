@@ -116,9 +116,9 @@ mamba_activations<T> mamba_project(const mamba_weights<T>& w, const Matrix<T>& u
   return s;
 }
 
-/// The block's plain recurrent forward (the oracle): u (L, d_model) -> (L, d_model).
+/// The block's plain recurrent forward before out_proj: u (L, d_model) -> y * SiLU(z) (L, d_inner).
 template <Scalar T>
-Matrix<T> mamba_forward(const mamba_weights<T>& w, const Matrix<T>& u) {
+Matrix<T> mamba_inner_forward(const mamba_weights<T>& w, const Matrix<T>& u) {
   const auto s = mamba_project(w, u);
   const Index L = u.rows(), di = w.config.d_inner(), N = w.config.d_state;
   Matrix<T> y(L, di), h = Matrix<T>::Zero(di, N);
@@ -131,7 +131,13 @@ Matrix<T> mamba_forward(const mamba_weights<T>& w, const Matrix<T>& u) {
       }
       y(t, c) = (acc + w.D(0, c) * s.a(t, c)) * nn::silu(s.z(t, c));
     }
-  return nn::linear<T>(y, w.out_proj_weight);
+  return y;
+}
+
+/// The block's plain recurrent forward (the oracle): u (L, d_model) -> (L, d_model).
+template <Scalar T>
+Matrix<T> mamba_forward(const mamba_weights<T>& w, const Matrix<T>& u) {
+  return nn::linear<T>(mamba_inner_forward(w, u), w.out_proj_weight);
 }
 
 namespace mamba_detail {

@@ -1,0 +1,140 @@
+// iattn/models/hyena.hpp: the Hyena operator of order 2 (safari's `HyenaOperator`) as implicit
+// attention: two data-controlled gates around one long convolution.
+//
+// Forward (order 2, no post-order FFN):
+//   z = in_proj(u) (L, 3d);  z = short_filter(z) (depthwise causal Conv1d, width 3, bias)
+//   [x0, x1, v] = split(z);  v = v * x1;  v = (h * v) + filter_bias * v;  y = v * x0;  out = out_proj(y)
+// where h (L, d) is the long filter of the implicit HyenaFilter (an MLP of positional features times
+// an exponential decay window). It depends on positions only, never on the data, so it enters here
+// as a weight: `filter` holds filter_fn.filter(l_max) materialised, one row per lag.
+//
+// Exact decomposition over the d channels, inner input x = in_proj's v part (before the short filter):
+//   H    = diag(x0) (CausalConv(h) + diag(filter_bias)) diag(x1) M_v,    M_v = the short filter on v
+//   beta = diag(x0) (CausalConv(h) + diag(filter_bias)) (x1 * short_filter_bias_v)
+#pragma once
+
+#include "../iattn.hpp"
+#include "common.hpp"
+
+#include <cstdint>
+#include <string>
+
+namespace iattn::models {
+
+struct hyena_config {
+  Index d_model = 64;
+  Index l_max = 512;       ///< rows of the materialised long filter; L <= l_max
+  Index short_filter_order = 3;
+};
+
+/// safari `HyenaOperator` parameters, '.' written '_'; `filter` is filter_fn.filter(l_max)[0] as (l_max, d).
+template <Scalar T>
+struct hyena_weights {
+  hyena_config config;
+  Matrix<T> in_proj_weight;       ///< (3d, d)
+  Matrix<T> in_proj_bias;         ///< (1, 3d)
+  Matrix<T> short_filter_weight;  ///< (3d, short_filter_order)   PyTorch (3d, 1, order)
+  Matrix<T> short_filter_bias;    ///< (1, 3d)
+  Matrix<T> filter;               ///< (l_max, d): lag l in row l
+  Matrix<T> filter_bias;          ///< (1, d)   filter_fn.bias, the long filter's skip
+  Matrix<T> out_proj_weight;      ///< (d, d)
+  Matrix<T> out_proj_bias;        ///< (1, d)
+
+  void check() const {
+    const auto& c = config;
+    using std::to_string;
+    const char* m = "hyena";
+    const Index d = c.d_model;
+    const std::string sd = to_string(d), s3 = to_string(3 * d);
+    check_field(m, "in_proj_weight", in_proj_weight, 3 * d, d, "(3*d_model=" + s3 + ", d_model=" + sd + ")");
+    check_field(m, "in_proj_bias", in_proj_bias, 1, 3 * d, "(1, 3*d_model=" + s3 + ")");
+    check_field(m, "short_filter_weight", short_filter_weight, 3 * d, c.short_filter_order,
+                "(3*d_model=" + s3 + ", short_filter_order=" + to_string(c.short_filter_order) + ")");
+    check_field(m, "short_filter_bias", short_filter_bias, 1, 3 * d, "(1, 3*d_model=" + s3 + ")");
+    check_field(m, "filter", filter, c.l_max, d, "(l_max=" + to_string(c.l_max) + ", d_model=" + sd + ")");
+    check_field(m, "filter_bias", filter_bias, 1, d, "(1, d_model=" + sd + ")");
+    check_field(m, "out_proj_weight", out_proj_weight, d, d, "(d_model=" + sd + ", d_model=" + sd + ")");
+    check_field(m, "out_proj_bias", out_proj_bias, 1, d, "(1, d_model=" + sd + ")");
+  }
+};
+
+/// PyTorch's default init for the projections and the short filter; filter_bias standard normal (as
+/// HyenaFilter); the long filter a standard normal draw under HyenaFilter's exponential modulation
+/// exp(-t |delta_c|), t = l / (l_max - 1), delta_c from log(1e-2)/0.3 to log(1e-2)/1.5 over channels.
+template <Scalar T>
+hyena_weights<T> hyena_init(const hyena_config& c, std::uint64_t seed = 0) {
+  init::generator g(seed);
+  hyena_weights<T> w;
+  w.config = c;
+  const Index d = c.d_model, K = c.short_filter_order;
+  w.in_proj_weight = init::torch_default<T>(g, 3 * d, d, d);
+  w.in_proj_bias = init::torch_default<T>(g, 1, 3 * d, d);
+  w.short_filter_weight = init::torch_default<T>(g, 3 * d, K, K);
+  w.short_filter_bias = init::torch_default<T>(g, 1, 3 * d, K);
+  w.filter = init::normal<T>(g, c.l_max, d, 1.0);
+  const double fast = std::log(1e-2) / 0.3, slow = std::log(1e-2) / 1.5;
+  for (Index ch = 0; ch < d; ++ch) {
+    const double delta = std::abs(d > 1 ? fast + (slow - fast) * double(ch) / double(d - 1) : fast);
+    for (Index l = 0; l < c.l_max; ++l)
+      w.filter(l, ch) *= T(std::exp(-delta * (c.l_max > 1 ? double(l) / double(c.l_max - 1) : 0.0)));
+  }
+  w.filter_bias = init::normal<T>(g, 1, d, 1.0);
+  w.out_proj_weight = init::torch_default<T>(g, d, d, d);
+  w.out_proj_bias = init::torch_default<T>(g, 1, d, d);
+  return w;
+}
+
+template <Scalar T>
+struct hyena_activations {
+  Matrix<T> v_in, x0, x1, v;  // in_proj's v part (pre short filter); gates and v after it (L, d)
+};
+
+template <Scalar T>
+hyena_activations<T> hyena_project(const hyena_weights<T>& w, const Matrix<T>& u) {
+  w.check();
+  const auto& c = w.config;
+  detail::require_shape(u.cols() == c.d_model, "hyena", "u", u.rows(), u.cols(), "(L, d_model=" + std::to_string(c.d_model) + ")");
+  detail::require_shape(u.rows() <= c.l_max, "hyena", "u", u.rows(), u.cols(), "(L <= l_max=" + std::to_string(c.l_max) + ", d_model)");
+  const Index d = c.d_model;
+  const Matrix<T> z = nn::linear<T>(u, w.in_proj_weight, w.in_proj_bias);
+  const Matrix<T> zc = nn::causal_conv1d<T>(z, w.short_filter_weight, w.short_filter_bias);
+  hyena_activations<T> s;
+  s.v_in = z.rightCols(d);
+  s.x0 = zc.leftCols(d);
+  s.x1 = zc.middleCols(d, d);
+  s.v = zc.rightCols(d);
+  return s;
+}
+
+/// The operator's forward (the oracle): the long convolution as a direct sum over lags.
+template <Scalar T>
+Matrix<T> hyena_forward(const hyena_weights<T>& w, const Matrix<T>& u) {
+  const auto s = hyena_project(w, u);
+  const Index L = u.rows(), d = w.config.d_model;
+  const Matrix<T> g = s.v.cwiseProduct(s.x1);
+  Matrix<T> y(L, d);
+  for (Index t = 0; t < L; ++t)
+    for (Index c = 0; c < d; ++c) {
+      T acc = w.filter_bias(0, c) * g(t, c);
+      for (Index l = 0; l <= t; ++l) acc += w.filter(l, c) * g(t - l, c);
+      y(t, c) = acc * s.x0(t, c);
+    }
+  return nn::linear<T>(y, w.out_proj_weight, w.out_proj_bias);
+}
+
+/// The exact decomposition: hyena_forward(w, u) == d.output(), x = in_proj's v part.
+template <Scalar T>
+auto hyena_decompose(const hyena_weights<T>& w, const Matrix<T>& u) {
+  const auto s = hyena_project(w, u);
+  const Index L = u.rows(), d = w.config.d_model;
+  // CausalConv tap L-1-l holds lag l; expressions, so the operators own their coefficients
+  auto core = diagonal(Matrix<T>(s.x0)) * (causal_conv(w.filter.topRows(L).colwise().reverse()) + diagonal(Matrix<T>(w.filter_bias))) *
+              diagonal(Matrix<T>(s.x1));
+  Matrix<T> bias_in = Matrix<T>::Ones(L, d);
+  bias_in.array().rowwise() *= w.short_filter_bias.row(0).tail(d).array();
+  Matrix<T> beta = apply(core, bias_in);
+  auto M = causal_conv(w.short_filter_weight.bottomRows(d).transpose());  // (order, d) taps, owned
+  return make_decomposition<T>(s.v_in, std::move(core) * std::move(M), std::move(beta), w.out_proj_weight, w.out_proj_bias);
+}
+
+}  // namespace iattn::models

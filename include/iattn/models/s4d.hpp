@@ -1,0 +1,157 @@
+// iattn/models/s4d.hpp: the S4D layer (state-spaces' minimal `S4D` / `S4DKernel`, ZOH
+// discretisation) as implicit attention: a linear time-invariant SSM is one long causal convolution.
+//
+// Forward, per channel h of H = d_model, N/2 complex modes n:
+//   dt = exp(log_dt[h]);  A_n = -exp(log_A_real[h, n]) + i A_imag[h, n];  C'_n = C_n (exp(dt A_n) - 1) / A_n
+//   x_n(t) = exp(dt A_n) x_n(t-1) + u_t[h];  y_t = 2 Re sum_n C'_n x_n(t) + D[h] u_t[h]     (the recurrence)
+//   a = GELU(y) (exact, erf)
+// The layer then applies `output_linear` (a 1x1 Conv1d to 2H channels and a GLU), a position-wise
+// gated channel mixer outside the token mixing; the decomposition covers the layer up to `a` and
+// returns an identity output projection (docs/models.md).
+//
+// Exact decomposition over the H channels, inner input x = u:
+//   H = diag(Phi(y)) (CausalConv(k) + diag(D)),  k[l] = 2 Re sum_n C'_n exp(dt A_n l),  beta = 0
+// since GELU(y) = Phi(y) y. The kernel k is L taps long (K = L).
+#pragma once
+
+#include "../iattn.hpp"
+#include "common.hpp"
+
+#include <complex>
+#include <cstdint>
+#include <numbers>
+#include <string>
+#include <vector>
+
+namespace iattn::models {
+
+struct s4d_config {
+  Index d_model = 64;   ///< H
+  Index d_state = 64;   ///< N (N/2 complex modes)
+  double dt_min = 1e-3;
+  double dt_max = 1e-1;
+  Index modes() const { return d_state / 2; }
+};
+
+/// S4D parameters, '.' written '_': kernel.log_dt, kernel.C (complex, stored as view_as_real's
+/// trailing (re, im) pair: here C_re and C_im), kernel.log_A_real, kernel.A_imag, D.
+template <Scalar T>
+struct s4d_weights {
+  s4d_config config;
+  Matrix<T> kernel_log_dt;      ///< (1, H)
+  Matrix<T> kernel_C_re;        ///< (H, N/2)  kernel.C[..., 0]
+  Matrix<T> kernel_C_im;        ///< (H, N/2)  kernel.C[..., 1]
+  Matrix<T> kernel_log_A_real;  ///< (H, N/2)
+  Matrix<T> kernel_A_imag;      ///< (H, N/2)
+  Matrix<T> D;                  ///< (1, H)
+
+  void check() const {
+    const auto& c = config;
+    using std::to_string;
+    const char* m = "s4d";
+    const std::string hn = "(d_model=" + to_string(c.d_model) + ", d_state/2=" + to_string(c.modes()) + ")", h1 = "(1, d_model=" + to_string(c.d_model) + ")";
+    check_field(m, "kernel_log_dt", kernel_log_dt, 1, c.d_model, h1);
+    check_field(m, "kernel_C_re", kernel_C_re, c.d_model, c.modes(), hn);
+    check_field(m, "kernel_C_im", kernel_C_im, c.d_model, c.modes(), hn);
+    check_field(m, "kernel_log_A_real", kernel_log_A_real, c.d_model, c.modes(), hn);
+    check_field(m, "kernel_A_imag", kernel_A_imag, c.d_model, c.modes(), hn);
+    check_field(m, "D", D, 1, c.d_model, h1);
+  }
+};
+
+/// S4D-Lin initialisation: log_dt U(log dt_min, log dt_max), C complex standard normal (each part
+/// N(0, 1/2)), A = -1/2 + i pi n, D standard normal.
+template <Scalar T>
+s4d_weights<T> s4d_init(const s4d_config& c, std::uint64_t seed = 0) {
+  init::generator g(seed);
+  s4d_weights<T> w;
+  w.config = c;
+  const Index H = c.d_model, M = c.modes();
+  w.kernel_log_dt = init::uniform<T>(g, 1, H, std::log(c.dt_min), std::log(c.dt_max));
+  w.kernel_C_re = init::normal<T>(g, H, M, std::sqrt(0.5));
+  w.kernel_C_im = init::normal<T>(g, H, M, std::sqrt(0.5));
+  w.kernel_log_A_real = Matrix<T>::Constant(H, M, T(std::log(0.5)));
+  w.kernel_A_imag.resize(H, M);
+  for (Index h = 0; h < H; ++h)
+    for (Index n = 0; n < M; ++n) w.kernel_A_imag(h, n) = T(std::numbers::pi * double(n));
+  w.D = init::normal<T>(g, 1, H, 1.0);
+  return w;
+}
+
+namespace s4d_detail {
+/// Per channel and mode: the discrete pole exp(dt A) and the ZOH output weight C'.
+/// Returns dt A; sets the pole exp(dt A) and the weight C'.
+template <class T>
+std::complex<T> modes(const s4d_weights<T>& w, Index h, Index n, std::complex<T>& pole, std::complex<T>& weight) {
+  const T dt = std::exp(w.kernel_log_dt(0, h));
+  const std::complex<T> A(-std::exp(w.kernel_log_A_real(h, n)), w.kernel_A_imag(h, n));
+  pole = std::exp(dt * A);
+  weight = std::complex<T>(w.kernel_C_re(h, n), w.kernel_C_im(h, n)) * (pole - T(1)) / A;
+  return dt * A;
+}
+template <class T>
+T gelu(T v) { return T(0.5) * v * std::erfc(-v / std::numbers::sqrt2_v<T>); }
+}  // namespace s4d_detail
+
+/// The SSM output y = K * u + D u by the complex diagonal recurrence (the oracle's core).
+template <Scalar T>
+Matrix<T> s4d_ssm(const s4d_weights<T>& w, const Matrix<T>& u) {
+  w.check();
+  detail::require_shape(u.cols() == w.config.d_model, "s4d", "u", u.rows(), u.cols(), "(L, d_model=" + std::to_string(w.config.d_model) + ")");
+  const Index L = u.rows(), H = w.config.d_model, M = w.config.modes();
+  Matrix<T> y(L, H);
+  for (Index h = 0; h < H; ++h) {
+    const auto nm = static_cast<std::size_t>(M);
+    std::vector<std::complex<T>> pole(nm), weight(nm), x(nm);
+    for (Index n = 0; n < M; ++n) s4d_detail::modes(w, h, n, pole[std::size_t(n)], weight[std::size_t(n)]);
+    for (Index t = 0; t < L; ++t) {
+      T acc = 0;
+      for (std::size_t n = 0; n < std::size_t(M); ++n) {
+        x[n] = pole[n] * x[n] + u(t, h);
+        acc += T(2) * (weight[n] * x[n]).real();
+      }
+      y(t, h) = acc + w.D(0, h) * u(t, h);
+    }
+  }
+  return y;
+}
+
+/// The layer's forward up to its activation (the oracle): GELU(K * u + D u).
+template <Scalar T>
+Matrix<T> s4d_forward(const s4d_weights<T>& w, const Matrix<T>& u) {
+  return nn::map<T>(s4d_ssm(w, u), [](T v) { return s4d_detail::gelu(v); });
+}
+
+/// The convolution kernel k (L, H), k[l, h] = 2 Re sum_n C'_n exp(dt A_n)^l, as CausalConv taps
+/// (K = L, reversed: tap L-1-l holds lag l).
+template <Scalar T>
+Matrix<T> s4d_kernel_taps(const s4d_weights<T>& w, Index L) {
+  w.check();
+  const Index H = w.config.d_model, M = w.config.modes();
+  Matrix<T> taps(L, H);
+  for (Index h = 0; h < H; ++h)
+    for (Index l = 0; l < L; ++l) {
+      T acc = 0;
+      for (Index n = 0; n < M; ++n) {
+        std::complex<T> pole, weight;
+        const std::complex<T> dtA = s4d_detail::modes(w, h, n, pole, weight);
+        acc += T(2) * (weight * std::exp(dtA * T(l))).real();  // from the exponent, not a power
+      }
+      taps(L - 1 - l, h) = acc;
+    }
+  return taps;
+}
+
+/// The exact decomposition: s4d_forward(w, u) == d.output(), x = u, identity output projection.
+template <Scalar T>
+auto s4d_decompose(const s4d_weights<T>& w, const Matrix<T>& u) {
+  w.check();
+  detail::require_shape(u.cols() == w.config.d_model, "s4d", "u", u.rows(), u.cols(), "(L, d_model=" + std::to_string(w.config.d_model) + ")");
+  const Index L = u.rows(), H = w.config.d_model;
+  auto ssm = causal_conv(s4d_kernel_taps(w, L)) + diagonal(Matrix<T>(w.D));
+  const Matrix<T> y = apply(ssm, u);  // the pre-activation, for the frozen Phi(y)
+  auto Hop = diagonal(nn::map<T>(y, [](T v) { return T(0.5) * std::erfc(-v / std::numbers::sqrt2_v<T>); })) * std::move(ssm);
+  return make_decomposition<T>(u, std::move(Hop), Matrix<T>(Matrix<T>::Zero(L, H)), Matrix<T>(Matrix<T>::Identity(H, H)));
+}
+
+}  // namespace iattn::models
