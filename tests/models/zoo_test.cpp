@@ -6,6 +6,7 @@
 #include <iattn/models/hgrn2.hpp>
 #include <iattn/models/hyena.hpp>
 #include <iattn/models/linear_attention.hpp>
+#include <iattn/models/mlstm.hpp>
 #include <iattn/models/rwkv6.hpp>
 #include <iattn/models/s4d.hpp>
 #include <iattn/models/transformer.hpp>
@@ -228,6 +229,48 @@ TEST_CASE("Vision Mamba's matrix: forward branch below, mirrored backward branch
   REQUIRE_THROWS_WITH(insert_token<double>(u, MatD::Zero(1, 16), L + 1), Contains("position 16 must lie in [0, 15]"));
 }
 
+TEMPLATE_TEST_CASE("mLSTM layer equals proj_down(H v + beta)", "[models][mlstm]", float, double) {
+  using T = TestType;
+  auto w = mlstm_init<T>({.embedding_dim = 32}, 53);
+  init::generator g(9);
+  w.mlstm_cell_outnorm_weight = init::normal<T>(g, 1, 64, 0.2);
+  w.learnable_skip = init::uniform<T>(g, 1, 64, 0.5, 1.5);
+  for (Index L : model_lengths) {
+    INFO("L = " << L);
+    const auto u = sample_input<T>(L, 32, 63 + L);
+    check_exact<T>(mlstm_forward(w, u), mlstm_decompose(w, u));
+  }
+}
+
+TEST_CASE("mLSTM cell matrix equals the parallel stabilised form by hand (L = 3)", "[models][mlstm]") {
+  auto w = mlstm_init<double>({.embedding_dim = 32}, 54);
+  init::generator g(10);  // input gates spread out, so the row maxima differ from the diagonal
+  w.mlstm_cell_igate_weight = init::normal<double>(g, 4, 192, 0.3);
+  const auto u = sample_input<double>(3, 32, 11);
+  const auto s = mlstm_project(w, u);
+  const auto A = mlstm_cell_attention(s, w.config);
+  const Index DH = 16;
+  for (Index c : {Index(0), Index(40)}) {
+    const Index h = c / DH;
+    // log D[t, s] = sum_{r=s+1..t} logsigmoid(f_r) + i_s; C = qk/sqrt(DH) exp(log D - rowmax); C / (max(|C 1|, exp(-rowmax)) + eps)
+    MatD C = MatD::Zero(3, 3);
+    for (Index t = 0; t < 3; ++t) {
+      double mx = -1e300;
+      std::vector<double> logD(3, -1e300);
+      for (Index j = 0; j <= t; ++j) {
+        double F = 0;
+        for (Index r = j + 1; r <= t; ++r) F += s.log_fgate(r, h);
+        logD[std::size_t(j)] = F + s.igate(j, h);
+        mx = std::max(mx, logD[std::size_t(j)]);
+      }
+      for (Index j = 0; j <= t; ++j)
+        C(t, j) = s.q.row(t).segment(h * DH, DH).dot(s.k.row(j).segment(h * DH, DH)) / 4.0 * std::exp(logD[std::size_t(j)] - mx);
+      C.row(t) /= std::max(std::abs(C.row(t).sum()), std::exp(-mx)) + 1e-6;
+    }
+    check_close(MatD(iattn::materialize(A, c, 3)), C, 1e-13);
+  }
+}
+
 TEST_CASE("beyond-the-papers weights with a wrong shape throw, naming the field", "[models][errors]") {
   {
     auto w = linear_attention_init<double>({.d_model = 32}, 1);
@@ -249,6 +292,11 @@ TEST_CASE("beyond-the-papers weights with a wrong shape throw, naming the field"
     REQUIRE_THROWS_WITH(hyena_decompose(w, sample_input<double>(17, 8)), Contains("u has shape (17, 8)") && Contains("L <= l_max=16"));
     w.filter_bias = MatD::Zero(8, 1);
     REQUIRE_THROWS_WITH(hyena_forward(w, sample_input<double>(5, 8)), Contains("hyena: filter_bias has shape (8, 1)"));
+  }
+  {
+    auto w = mlstm_init<double>({.embedding_dim = 32}, 1);
+    w.v_proj_weight = MatD::Zero(64, 3);
+    REQUIRE_THROWS_WITH(mlstm_decompose(w, sample_input<double>(5, 32)), Contains("mlstm: v_proj_weight has shape (64, 3)") && Contains("qkv_proj_blocksize=4"));
   }
   {
     auto w = vision_mamba_init<double>({.mamba = {.d_model = 16, .d_state = 8}}, 1);
