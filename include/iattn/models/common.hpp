@@ -25,6 +25,7 @@ namespace iattn::models {
 /// is a PyTorch Linear: weight (d_model, D), bias (1, d_model) or empty.
 template <Scalar T, class Op>
 struct decomposition {
+  using scalar_type = T;
   Matrix<T> x;
   Op H;
   Matrix<T> beta;
