@@ -2,7 +2,7 @@
 # Installs the Debian packages iattn needs when they are missing (Debian 12 names).
 # Usage: scripts/deps.sh [--bench]
 set -euo pipefail
-pkgs=(g++ cmake make libeigen3-dev libxsimd-dev catch2)
+pkgs=(g++ cmake make libeigen3-dev libxsimd-dev catch2 libstb-dev)
 [ "${1:-}" = "--bench" ] && pkgs+=(libbenchmark-dev)
 missing=()
 for p in "${pkgs[@]}"; do

@@ -10,11 +10,11 @@
 
 #include "../core/config.hpp"
 #include "../core/error.hpp"
+#include "io.hpp"
 
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
-#include <filesystem>
 #include <fstream>
 #include <stdexcept>
 #include <string>
@@ -172,34 +172,14 @@ void write(const std::string& path, const T* data, const std::vector<std::int64_
   header.append(total - prefix - header.size() - 1, ' ');
   header.push_back('\n');
 
-  namespace fs = std::filesystem;
-  const fs::path target(path);
-  const fs::path tmp = target.parent_path() / (target.filename().string() + ".tmp-iattn");
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) detail::fail(path, "cannot open for writing");
-    out.write("\x93NUMPY", 6);
-    const char version[2] = {char(v2 ? 2 : 1), 0};
-    out.write(version, 2);
-    const auto hl = static_cast<std::uint32_t>(header.size());
-    const char len[4] = {char(hl & 0xff), char((hl >> 8) & 0xff), char((hl >> 16) & 0xff), char((hl >> 24) & 0xff)};
-    out.write(len, v2 ? 4 : 2);
-    out.write(header.data(), std::streamsize(header.size()));
-    if (n > 0) out.write(reinterpret_cast<const char*>(data), std::streamsize(n * std::int64_t(sizeof(T))));
-    out.flush();
-    if (!out) {
-      out.close();
-      std::error_code ec;
-      fs::remove(tmp, ec);
-      detail::fail(path, "write failed");
-    }
-  }
-  std::error_code ec;
-  fs::rename(tmp, target, ec);
-  if (ec) {
-    fs::remove(tmp, ec);
-    detail::fail(path, "cannot move the written file into place");
-  }
+  std::string bytes("\x93NUMPY", 6);
+  bytes.push_back(char(v2 ? 2 : 1));
+  bytes.push_back(0);
+  const auto hl = static_cast<std::uint32_t>(header.size());
+  for (int i = 0; i < (v2 ? 4 : 2); ++i) bytes.push_back(char((hl >> (8 * i)) & 0xff));
+  bytes += header;
+  bytes.append(reinterpret_cast<const char*>(data), std::size_t(n) * sizeof(T));
+  explain::write_file_atomic(path, bytes, "npy");
 }
 
 /// Writes a matrix (row-major, any Eigen dense expression) as a 2-D array.
