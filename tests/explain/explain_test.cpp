@@ -7,6 +7,8 @@
 #include <iattn/models/griffin.hpp>
 #include <iattn/models/mamba.hpp>
 #include <iattn/models/rwkv4.hpp>
+#include <iattn/models/stack.hpp>
+#include <iattn/models/hgrn.hpp>
 #include <iattn/models/vision_mamba.hpp>
 
 #include <cstring>
@@ -236,6 +238,32 @@ TEST_CASE("explain methods reject bad input clearly", "[explain][errors]") {
   REQUIRE_THROWS_WITH(rollout(std::vector<MatD>{neg}), Contains("row 0 of I + A sums to 0"));
   REQUIRE_THROWS_WITH(bidirectional(MatD(MatD::Zero(3, 3)), MatD(MatD::Zero(3, 2))), Contains("backward has shape (3, 2)"));
   REQUIRE_THROWS_WITH(query_row(MatD(MatD::Zero(3, 3)), 3), Contains("query is 3"));
+}
+
+// ---- the multi-layer runner ----------------------------------------------------------------------
+
+TEST_CASE("run_stack: every layer's decomposition is exact and the stack equals its plain forward", "[explain][stack]") {
+  using namespace iattn::models;
+  const auto s = make_stack<double>(3, 20, 16, [](Index l) { return hgrn_init<double>({.hidden_size = 16, .layer_idx = l, .num_layers = 3}, 40 + std::uint64_t(l)); }, 2);
+  const std::vector<Index> tokens = {3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5};
+  const MatD h0 = embed(s, tokens);
+  REQUIRE(h0.row(1) == s.embedding.row(1));
+  const auto run = run_stack(s, h0, [](const auto& w, const MatD& x) { return hgrn_decompose(w, x); });
+  REQUIRE(run.layers.size() == 3);
+  const MatD oracle = stack_forward(s, h0, [](const auto& w, const MatD& x) { return hgrn_forward(w, x); });
+  check_close(run.output, oracle, 1e-12);
+  for (std::size_t l = 0; l < 3; ++l) {
+    check_close(run.layers[l].output(), MatD(hgrn_forward(s.blocks[l], run.inputs[l])), 1e-12);
+    check_close(MatD(run.residuals[l + 1] - run.residuals[l]), run.layers[l].output(), 1e-12);
+  }
+  // the inputs of later layers differ: the lower bound and the residual stream change them
+  REQUIRE((run.inputs[2] - run.inputs[0]).cwiseAbs().maxCoeff() > 1e-3);
+  // rollout over the stacked layers runs on their channel means
+  std::vector<MatD> maps;
+  for (const auto& d : run.layers) maps.push_back(MatD(iattn::materialize_mean(d.H)).cwiseAbs());
+  check_close(rollout(maps), dense_rollout(maps), 1e-12);
+  REQUIRE_THROWS_WITH(embed(s, {0, 20}), Contains("tokens[1] is 20") && Contains("vocab=20"));
+  REQUIRE_THROWS_WITH(run_stack(s, MatD(MatD::Zero(4, 15)), [](const auto& w, const MatD& x) { return hgrn_decompose(w, x); }), Contains("h0 has shape (4, 15)"));
 }
 
 // ---- .npy -------------------------------------------------------------------------------------------

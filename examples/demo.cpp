@@ -1,0 +1,192 @@
+// The main demo: every model in the zoo, with seeded random weights of realistic shape and one fixed
+// sample input. Prints a table (model, L, exactness against the model's own forward, apply and
+// materialize times) and writes a gallery into the output directory: per model one channel's
+// matrix, the channel mean, and the rollout map of a 4-layer stack, as PNG heatmaps and .npy files,
+// with index.html showing them all.
+//
+//   iattn_demo [out_dir=out] [--quick]        (--quick: small shapes, for the smoke test)
+#include <iattn/explain/methods.hpp>
+#include <iattn/explain/npy.hpp>
+#include <iattn/explain/png.hpp>
+#include <iattn/models/all.hpp>
+#include <iattn/models/stack.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+using namespace iattn;
+using namespace iattn::models;
+using Mat = Matrix<float>;
+
+namespace {
+
+struct settings {
+  Index L = 512, d = 256, layers = 4, view = 64;
+  std::string out = "out";
+};
+
+struct row_result {
+  std::string name, note;
+  Index L = 0, D = 0;
+  double err = 0, apply_ms = 0, materialize_ms = 0;
+};
+
+template <class F>
+double best_ms(F&& f, int reps = 3) {
+  double best = 1e300;
+  for (int r = 0; r < reps; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    f();
+    best = std::min(best, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return best;
+}
+
+/// One model: exactness and timings on the sample input, the heatmaps, and a stack's rollout.
+template <class MakeBlock, class Forward, class Decompose>
+row_result run_model(const settings& st, const std::string& name, const std::string& note, const Mat& u, MakeBlock make_block,
+                     Forward forward, Decompose decompose) {
+  row_result r{name, note, u.rows(), 0, 0, 0, 0};
+  const auto w = make_block(Index(0));
+  const Mat block = forward(w, u);
+  const auto d = decompose(w, u);
+  r.D = d.x.cols();
+  r.err = double((d.output() - block).cwiseAbs().maxCoeff()) / (1.0 + double(block.cwiseAbs().maxCoeff()));
+  r.apply_ms = best_ms([&] { volatile float sink = apply(d.H, d.x)(0, 0); (void)sink; });
+  r.materialize_ms = best_ms([&] { volatile float sink = materialize(d.H, 0, u.rows())(0, 0); (void)sink; });
+
+  // the pictures: the first st.view tokens, so that single entries stay visible
+  const Mat us = u.topRows(std::min(u.rows(), st.view));
+  const auto dv = decompose(w, us);
+  const std::string base = st.out + "/" + name;
+  const Index c = r.D / 3;  // one channel away from the edges
+  const Mat one = materialize(dv.H, c, us.rows());
+  const Mat mean = materialize_mean(dv.H, us.rows());
+  explain::write_heatmap_png(base + "_channel.png", one);
+  explain::write_heatmap_png(base + "_mean.png", mean);
+  npy::write(base + "_mean.npy", mean);
+
+  // a stack of st.layers blocks of this model, its per-layer channel means, and their rollout
+  const auto s = make_stack<float>(st.layers, 64, u.cols(), make_block, 5);
+  const auto run = run_stack(s, us, decompose);
+  std::vector<Mat> maps;
+  for (const auto& layer : run.layers) maps.push_back(materialize_mean(layer.H, us.rows()).cwiseAbs());
+  const Mat rho = explain::rollout(maps);
+  explain::write_heatmap_png(base + "_rollout.png", rho);
+  npy::write(base + "_rollout.npy", rho);
+  return r;
+}
+
+std::string index_html(const std::vector<row_result>& rows, const settings& st) {
+  std::string h =
+      "<!doctype html><html><head><meta charset=\"utf-8\"><title>iattn gallery</title><style>"
+      "body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}td,th{padding:4px 10px;border-bottom:1px solid #ccc}"
+      "figure{display:inline-block;margin:6px;text-align:center}img{width:256px;height:256px;image-rendering:pixelated}"
+      "</style></head><body><h1>iattn: implicit attention of every model in the zoo</h1>"
+      "<p>Seeded random weights, one sample input. The table is at L = " + std::to_string(st.L) + "; the heatmaps show the first " +
+      std::to_string(std::min(st.L, st.view)) + " tokens: |H| min-max normalised, viridis, row t (query) against column s (key). "
+      "Rollout over a " + std::to_string(st.layers) + "-layer pre-norm stack of the same block.</p>"
+      "<table><tr><th>model</th><th>D</th><th>max |block - out_proj(Hx+&beta;)| (rel.)</th><th>apply ms</th><th>materialize ms</th></tr>";
+  char buf[256];
+  for (const auto& r : rows) {
+    std::snprintf(buf, sizeof buf, "<tr><td>%s</td><td>%lld</td><td>%.1e</td><td>%.2f</td><td>%.2f</td></tr>", r.name.c_str(),
+                  static_cast<long long>(r.D), r.err, r.apply_ms, r.materialize_ms);
+    h += buf;
+  }
+  h += "</table>";
+  for (const auto& r : rows) {
+    h += "<h2>" + r.name + "</h2><p>" + r.note + "</p>";
+    for (const char* kind : {"channel", "mean", "rollout"})
+      h += "<figure><img src=\"" + r.name + "_" + kind + ".png\"><figcaption>" + kind + "</figcaption></figure>";
+  }
+  return h + "</body></html>\n";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  settings st;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--quick") {
+      st.L = 32;
+      st.d = 32;
+      st.layers = 2;
+    } else {
+      st.out = a;
+    }
+  }
+  std::filesystem::create_directories(st.out);
+  const Index L = st.L, d = st.d;
+  const Mat u = sample_input<float>(L, d, 7);
+  std::vector<row_result> rows;
+  auto add = [&](row_result r) {
+    std::printf("%-18s %5lld %6lld   %8.1e   %9.2f   %9.2f\n", r.name.c_str(), static_cast<long long>(r.L), static_cast<long long>(r.D), r.err,
+                r.apply_ms, r.materialize_ms);
+    std::fflush(stdout);
+    rows.push_back(std::move(r));
+  };
+  std::printf("%-18s %5s %6s   %8s   %9s   %9s\n", "model", "L", "D", "rel.err", "apply ms", "mater. ms");
+
+  add(run_model(st, "mamba", "Mamba-1 block, exact (D skip and conv bias kept)", u,
+                [&](Index l) { return mamba_init<float>({.d_model = d, .d_state = 16}, 100 + std::uint64_t(l)); },
+                [](const auto& w, const Mat& x) { return mamba_forward(w, x); }, [](const auto& w, const Mat& x) { return mamba_decompose(w, x); }));
+  add(run_model(st, "mamba2", "Mamba-2 block: multi-head SSD, gated group RMSNorm", u,
+                [&](Index l) { return mamba2_init<float>({.d_model = d, .d_state = 64, .headdim = 32}, 200 + std::uint64_t(l)); },
+                [](const auto& w, const Mat& x) { return mamba2_forward(w, x); }, [](const auto& w, const Mat& x) { return mamba2_decompose(w, x); }));
+  add(run_model(st, "griffin", "Griffin/Hawk recurrent block (RG-LRU, sqrt(1-a^2) kept)", u,
+                [&](Index l) { return griffin_init<float>({.width = d, .lru_width = d, .num_heads = 4}, 300 + std::uint64_t(l)); },
+                [](const auto& w, const Mat& x) { return griffin_forward(w, x); }, [](const auto& w, const Mat& x) { return griffin_decompose(w, x); }));
+  add(run_model(st, "rwkv4", "RWKV-4 time mixing (WKV row-normalised, strict with bonus)", u,
+                [&](Index l) { return rwkv4_init<float>({.hidden_size = d, .attention_hidden_size = d, .layer_id = l, .num_hidden_layers = st.layers}, 400 + std::uint64_t(l)); },
+                [](const auto& w, const Mat& x) { return rwkv4_forward(w, x); }, [](const auto& w, const Mat& x) { return rwkv4_decompose(w, x); }));
+  add(run_model(st, "retnet", "RetNet multi-scale retention (gamma_h = 1 - 2^(-5-h))", u,
+                [&](Index l) { return retnet_init<float>({.embed_dim = d, .value_dim = 2 * d, .num_heads = 4}, 500 + std::uint64_t(l)); },
+                [](const auto& w, const Mat& x) { return retnet_forward(w, x); }, [](const auto& w, const Mat& x) { return retnet_decompose(w, x); }));
+  add(run_model(st, "hgrn", "HGRN (forget-gate lower bound grows with depth)", u,
+                [&](Index l) { return hgrn_init<float>({.hidden_size = d, .layer_idx = l, .num_layers = st.layers}, 600 + std::uint64_t(l)); },
+                [](const auto& w, const Mat& x) { return hgrn_forward(w, x); }, [](const auto& w, const Mat& x) { return hgrn_decompose(w, x); }));
+  add(run_model(st, "gla", "Gated linear attention (fla)", u,
+                [&](Index l) { return gla_init<float>({.hidden_size = d, .key_dim = d / 2, .value_dim = d, .num_heads = 4}, 700 + std::uint64_t(l)); },
+                [](const auto& w, const Mat& x) { return gla_forward(w, x); }, [](const auto& w, const Mat& x) { return gla_decompose(w, x); }));
+  add(run_model(st, "hgrn2", "HGRN2: HGRN with state expansion (fla)", u,
+                [&](Index l) { return hgrn2_init<float>({.hidden_size = d, .expand_ratio = d / 4, .layer_idx = l, .num_layers = st.layers}, 800 + std::uint64_t(l)); },
+                [](const auto& w, const Mat& x) { return hgrn2_forward(w, x); }, [](const auto& w, const Mat& x) { return hgrn2_decompose(w, x); }));
+  add(run_model(st, "rwkv6", "RWKV-6 (data-dependent shift and decay, bonus, group norm)", u,
+                [&](Index l) {
+                  return rwkv6_init<float>({.hidden_size = d, .key_dim = d / 2, .value_dim = d, .num_heads = 2, .proj_low_rank_dim = 8,
+                                            .gate_low_rank_dim = 16, .layer_idx = l, .num_layers = st.layers}, 900 + std::uint64_t(l));
+                },
+                [](const auto& w, const Mat& x) { return rwkv6_forward(w, x); }, [](const auto& w, const Mat& x) { return rwkv6_decompose(w, x); }));
+  add(run_model(st, "linear_attention", "Normalised linear attention, phi = elu + 1", u,
+                [&](Index l) { return linear_attention_init<float>({.d_model = d, .n_heads = 4, .d_keys = d / 4, .d_values = d / 4}, 1000 + std::uint64_t(l)); },
+                [](const auto& w, const Mat& x) { return linear_attention_forward(w, x); },
+                [](const auto& w, const Mat& x) { return linear_attention_decompose(w, x); }));
+  add(run_model(st, "softmax_attention", "Causal softmax attention (a Transformer layer, for comparison)", u,
+                [&](Index l) { return transformer_init<float>({.embed_dim = d, .num_heads = 4}, 1100 + std::uint64_t(l)); },
+                [](const auto& w, const Mat& x) { return transformer_forward(w, x); }, [](const auto& w, const Mat& x) { return transformer_decompose(w, x); }));
+  add(run_model(st, "s4d", "S4D: an LTI kernel as one long convolution, GELU as a diagonal", u,
+                [&](Index l) { return s4d_init<float>({.d_model = d, .d_state = 64}, 1200 + std::uint64_t(l)); },
+                [](const auto& w, const Mat& x) { return s4d_forward(w, x); }, [](const auto& w, const Mat& x) { return s4d_decompose(w, x); }));
+  add(run_model(st, "hyena", "Hyena of order 2: gates around a long implicit filter", u,
+                [&](Index l) { return hyena_init<float>({.d_model = d, .l_max = L}, 1300 + std::uint64_t(l)); },
+                [](const auto& w, const Mat& x) { return hyena_forward(w, x); }, [](const auto& w, const Mat& x) { return hyena_decompose(w, x); }));
+  add(run_model(st, "vision_mamba", "Vision Mamba: forward plus flipped backward scan (not causal)", u,
+                [&](Index l) { return vision_mamba_init<float>({.mamba = {.d_model = d, .d_state = 16}}, 1400 + std::uint64_t(l)); },
+                [](const auto& w, const Mat& x) { return vision_mamba_forward(w, x); },
+                [](const auto& w, const Mat& x) { return vision_mamba_decompose(w, x); }));
+  add(run_model(st, "mlstm", "xLSTM mLSTM layer (stabilised matrix memory)", u,
+                [&](Index l) { return mlstm_init<float>({.embedding_dim = d}, 1500 + std::uint64_t(l)); },
+                [](const auto& w, const Mat& x) { return mlstm_forward(w, x); }, [](const auto& w, const Mat& x) { return mlstm_decompose(w, x); }));
+
+  explain::write_text(st.out + "/index.html", index_html(rows, st));
+  std::printf("gallery: %s/index.html (%zu models)\n", st.out.c_str(), rows.size());
+  double worst = 0;
+  for (const auto& r : rows) worst = std::max(worst, r.err);
+  std::printf("worst relative exactness error (float): %.1e\n", worst);
+  return worst < 1e-4 ? 0 : 1;
+}
