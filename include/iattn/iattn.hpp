@@ -20,4 +20,5 @@
 #include "ops/semiseparable.hpp"
 #include "ops/softmax_attention.hpp"
 #include "ops/sum.hpp"
+#include "ops/wkv.hpp"
 #include "version.hpp"

@@ -9,11 +9,9 @@
 //
 // Exact decomposition over the attention channels, inner input x = v (token shift and projection
 // included, so nothing is dropped):
-//   H = diag(r) row_normalize(S_strict(lambda = w, B = e^{k - kmax}, C = 1, bonus = e^{time_first}))
-//   beta = 0
-// with one head and one group per channel (N = P = 1). The shift by each channel's largest key kmax
-// cancels in the row normalisation and keeps every exponent <= 0. In float, keys more than ~87
-// below their channel's maximum underflow; rows made only of such keys are then undefined (NaN).
+//   H = diag(r) Wkv(w, k, time_first),   beta = 0
+// Wkv (ops/wkv.hpp) is row_normalize(S_strict(lambda = w, B = e^k, C = 1, bonus = e^{time_first}))
+// evaluated in the log domain with running maxima, so keys of any spread (+-80 in float) are exact.
 // The paper's eq. 21 is the same matrix; it writes v_t = x_t, which our x = v makes exact.
 #pragma once
 
@@ -145,21 +143,11 @@ Matrix<T> rwkv4_forward(const rwkv4_weights<T>& w, const Matrix<T>& u) {
   return nn::linear<T>(y, w.output_weight);
 }
 
-/// The WKV matrix alpha (before diag(r)): row_normalize(S_strict(w, e^{k - kmax}, 1, e^{time_first})).
+/// The WKV matrix alpha (before diag(r)): Wkv(w = -exp(time_decay), k, time_first), evaluated in the
+/// log domain with running maxima (stable for any spread of keys).
 template <Scalar T>
 auto rwkv4_wkv(const rwkv4_weights<T>& w, const Matrix<T>& k) {
-  const Index L = k.rows(), A = w.config.attention_hidden_size;
-  Matrix<T> lam(L, A), B(L, A);
-  for (Index c = 0; c < A; ++c) {
-    const T kmax = k.col(c).maxCoeff(), decay = -std::exp(w.time_decay(0, c));
-    for (Index t = 0; t < L; ++t) {
-      lam(t, c) = decay;
-      B(t, c) = std::exp(k(t, c) - kmax);
-    }
-  }
-  Matrix<T> bonus = w.time_first.transpose().array().exp().matrix();  // (A, 1)
-  return row_normalize(semiseparable(std::move(lam), std::move(B), Matrix<T>(Matrix<T>::Ones(L, A)), std::move(bonus),
-                                     {.heads = A, .groups = A}));
+  return wkv(Matrix<T>(-w.time_decay.array().exp().matrix()), Matrix<T>(k), Matrix<T>(w.time_first));
 }
 
 /// The exact decomposition: rwkv4_forward(w, u) == d.output(), x = v, beta = 0.

@@ -13,6 +13,7 @@
 #include "semiseparable.hpp"
 #include "softmax_attention.hpp"
 #include "tile.hpp"
+#include "wkv.hpp"
 
 #include <algorithm>
 #include <optional>
