@@ -16,6 +16,7 @@
 #include "../iattn.hpp"
 #include "common.hpp"
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 
@@ -128,7 +129,7 @@ auto hyena_decompose(const hyena_weights<T>& w, const Matrix<T>& u) {
   const auto s = hyena_project(w, u);
   const Index L = u.rows(), d = w.config.d_model;
   // CausalConv tap L-1-l holds lag l; expressions, so the operators own their coefficients
-  auto core = diagonal(Matrix<T>(s.x0)) * (causal_conv(w.filter.topRows(L).colwise().reverse()) + diagonal(Matrix<T>(w.filter_bias))) *
+  auto core = diagonal(Matrix<T>(s.x0)) * (causal_conv(w.filter.topRows(std::max<Index>(L, 1)).colwise().reverse()) + diagonal(Matrix<T>(w.filter_bias))) *
               diagonal(Matrix<T>(s.x1));
   Matrix<T> bias_in = Matrix<T>::Ones(L, d);
   bias_in.array().rowwise() *= w.short_filter_bias.row(0).tail(d).array();

@@ -217,7 +217,7 @@ Matrix<T> mlstm_forward(const mlstm_weights<T>& w, const Matrix<T>& u) {
 template <Scalar T>
 auto mlstm_cell_attention(const mlstm_activations<T>& s, const mlstm_config& c) {
   const Index L = s.q.rows(), I = c.inner_dim(), NH = c.num_heads, DH = c.head_dim();
-  const Matrix<T> imax = s.igate.colwise().maxCoeff();
+  const Matrix<T> imax = L > 0 ? Matrix<T>(s.igate.colwise().maxCoeff()) : Matrix<T>(Matrix<T>::Zero(1, NH));
   Matrix<T> B(L, I);
   for (Index t = 0; t < L; ++t)
     for (Index j = 0; j < I; ++j) B(t, j) = s.k(t, j) * std::exp(s.igate(t, j / DH) - imax(0, j / DH)) / std::sqrt(T(DH));

@@ -17,6 +17,7 @@
 #include "../iattn.hpp"
 #include "common.hpp"
 
+#include <algorithm>
 #include <complex>
 #include <cstdint>
 #include <numbers>
@@ -123,10 +124,11 @@ Matrix<T> s4d_forward(const s4d_weights<T>& w, const Matrix<T>& u) {
 }
 
 /// The convolution kernel k (L, H), k[l, h] = 2 Re sum_n C'_n exp(dt A_n)^l, as CausalConv taps
-/// (K = L, reversed: tap L-1-l holds lag l).
+/// (K = L, reversed: tap L-1-l holds lag l). An empty sequence gets the one tap of lag 0.
 template <Scalar T>
 Matrix<T> s4d_kernel_taps(const s4d_weights<T>& w, Index L) {
   w.check();
+  L = std::max<Index>(L, 1);
   const Index H = w.config.d_model, M = w.config.modes();
   Matrix<T> taps(L, H);
   for (Index h = 0; h < H; ++h)

@@ -16,7 +16,7 @@ class Diagonal : public op_base {
   using scalar = T;
 
   explicit Diagonal(coefficient<T> d) : d_(std::move(d)) {
-    detail::require_shape(d_.rows() >= 1 && d_.cols() >= 1, "diagonal", "d", d_.rows(), d_.cols(),
+    detail::require_shape(d_.rows() >= 0 && d_.cols() >= 1, "diagonal", "d", d_.rows(), d_.cols(),
                           "(L, D) or (1, D) with D >= 1");
   }
 

@@ -20,8 +20,8 @@ class LinearRecurrence : public op_base {
   using scalar = T;
 
   LinearRecurrence(coefficient<T> a, coefficient<T> b) : a_(std::move(a)), b_(std::move(b)) {
-    detail::require_shape(a_.rows() >= 1 && a_.cols() >= 1, "linear_recurrence", "a", a_.rows(), a_.cols(),
-                          "(L, D) with L, D >= 1");
+    detail::require_shape(a_.rows() >= 0 && a_.cols() >= 1, "linear_recurrence", "a", a_.rows(), a_.cols(),
+                          "(L, D) with D >= 1 (L = 0 is an empty sequence)");
     detail::require_shape(b_.rows() == a_.rows() && b_.cols() == a_.cols(), "linear_recurrence", "b",
                           b_.rows(), b_.cols(), "the shape of a, " + detail::shape_string(a_.rows(), a_.cols()));
   }

@@ -74,7 +74,6 @@ class Semiseparable : public op_base {
     if (o_.groups < 1 || o_.heads % o_.groups != 0)
       fail(where, "options.groups is " + to_string(o_.groups) + " but must divide heads = " + to_string(o_.heads));
     const Index L = lambda_.rows();
-    if (L < 1) detail::require_shape(false, where, "lambda", lambda_.rows(), lambda_.cols(), "(L, H*N) or (L, H) with L >= 1");
     if (o_.state == 0) {
       if (B_.cols() % o_.groups != 0 || B_.cols() == 0)
         detail::require_shape(false, where, "B", B_.rows(), B_.cols(),

@@ -35,7 +35,7 @@ class SoftmaxAttention : public op_base {
     const char* where = "softmax_attention";
     if (o_.heads < 1) detail::fail(where, "options.heads is " + to_string(o_.heads) + " but must be >= 1");
     if (o_.head_dim < 1) detail::fail(where, "options.head_dim is " + to_string(o_.head_dim) + " but must be >= 1");
-    detail::require_shape(Q_.rows() >= 1 && Q_.cols() >= o_.heads && Q_.cols() % o_.heads == 0, where, "Q",
+    detail::require_shape(Q_.rows() >= 0 && Q_.cols() >= o_.heads && Q_.cols() % o_.heads == 0, where, "Q",
                           Q_.rows(), Q_.cols(), "(L, H*dk) with H = " + to_string(o_.heads));
     detail::require_shape(K_.rows() == Q_.rows() && K_.cols() == Q_.cols(), where, "K", K_.rows(), K_.cols(),
                           "the shape of Q, " + detail::shape_string(Q_.rows(), Q_.cols()));
