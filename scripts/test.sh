@@ -1,8 +1,21 @@
 #!/usr/bin/env bash
-# Builds everything (tests, examples, header and consumption checks) and runs the whole suite.
+# Builds everything (tests, examples, header and consumption checks) and runs the whole suite, then
+# the sanitizer stage: the tests again, built with AddressSanitizer and UndefinedBehaviorSanitizer
+# (Eigen's assertions on), and run. IATTN_SKIP_SANITIZERS=1 skips the second stage (local iteration).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/deps.sh
+echo "== stage 1: release build, all tests"
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DIATTN_BUILD_TESTS=ON -DIATTN_BUILD_EXAMPLES=ON
 cmake --build build -j2
 ctest --test-dir build --output-on-failure -j2
+if [ "${IATTN_SKIP_SANITIZERS:-0}" = "1" ]; then
+  echo "== stage 2 skipped (IATTN_SKIP_SANITIZERS=1)"
+  exit 0
+fi
+echo "== stage 2: AddressSanitizer + UndefinedBehaviorSanitizer"
+cmake -S . -B build-sanitize -DCMAKE_BUILD_TYPE= "-DCMAKE_CXX_FLAGS=-O1 -g" -DIATTN_BUILD_TESTS=ON \
+  -DIATTN_BUILD_EXAMPLES=OFF -DIATTN_INSTALL=OFF -DIATTN_SANITIZE=address,undefined
+cmake --build build-sanitize -j2
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+  ctest --test-dir build-sanitize --output-on-failure -j2
