@@ -333,7 +333,7 @@ TEST_CASE(".npy rejects what it cannot read and never leaves a partial file", "[
   {
     std::string bytes = slurp(data_dir + "/npy/v2_f8_3x2.npy");
     std::ofstream(dir / "short.npy", std::ios::binary) << bytes.substr(0, bytes.size() - 5);
-    REQUIRE_THROWS_WITH(read((dir / "short.npy").string()), Contains("truncated data: expected 6 float64 values for shape (3, 2)"));
+    REQUIRE_THROWS_WITH(read((dir / "short.npy").string()), Contains("truncated data: shape (3, 2) needs more float64 values than the 5 present"));
     std::ofstream(dir / "text.npy") << "hello";
     REQUIRE_THROWS_WITH(read((dir / "text.npy").string()), Contains("bad magic"));
   }

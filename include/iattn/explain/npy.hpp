@@ -16,6 +16,8 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <iterator>
+#include <limits>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -29,8 +31,10 @@ struct array {
   std::vector<double> data;
   std::string dtype;  ///< "<f4" or "<f8"
   std::int64_t size() const {
+    for (auto s : shape)
+      if (s == 0) return 0;
     std::int64_t n = 1;
-    for (auto s : shape) n *= s;
+    for (auto s : shape) n *= s;  // parse() rejects shapes whose product does not fit
     return n;
   }
 };
@@ -66,18 +70,33 @@ inline std::string field(const std::string& header, const std::string& key, cons
   return v;
 }
 
+/// numpy's shape tuple: "()", "(5,)", "(2, 3)": non-negative integers separated by commas. Rejects
+/// anything else, and shapes whose element count does not fit 63 bits.
 inline std::vector<std::int64_t> parse_shape(const std::string& s, const std::string& path) {
+  auto bad = [&](const char* why) { fail(path, "shape " + s + " " + why); };
+  if (s.size() < 2 || s.front() != '(' || s.back() != ')') bad("is not a tuple");
   std::vector<std::int64_t> shape;
-  std::size_t i = 1;  // after '('
-  while (i < s.size()) {
-    while (i < s.size() && (s[i] == ' ' || s[i] == ',')) ++i;
-    if (i >= s.size() || s[i] == ')') break;
+  std::size_t i = 1;
+  const std::size_t end = s.size() - 1;
+  while (true) {
+    while (i < end && s[i] == ' ') ++i;
+    if (i == end) break;
     std::size_t j = i;
-    while (j < s.size() && s[j] >= '0' && s[j] <= '9') ++j;
-    if (j == i) fail(path, "shape " + s + " is not a tuple of non-negative integers");
+    while (j < end && s[j] >= '0' && s[j] <= '9') ++j;
+    if (j == i) bad("is not a tuple of non-negative integers");
+    if (j - i > 15) bad("has an implausible extent");
     shape.push_back(std::stoll(s.substr(i, j - i)));
     i = j;
+    while (i < end && s[i] == ' ') ++i;
+    if (i == end) break;
+    if (s[i] != ',') bad("is not a tuple of non-negative integers");
+    ++i;
   }
+  if (shape.size() > 32) bad("has more than 32 dimensions");
+  std::int64_t n = 1;
+  for (auto e : shape)
+    if (e != 0 && n > std::numeric_limits<std::int64_t>::max() / e) bad("has more elements than 2^63");
+    else n *= e == 0 ? 1 : e;
   return shape;
 }
 
@@ -96,50 +115,62 @@ inline std::string shape_tuple(const std::vector<std::int64_t>& shape) {
 
 }  // namespace detail
 
-/// Reads a .npy file (see the header comment for what is accepted).
-inline array read(const std::string& path) {
-  if (!detail::little_endian()) detail::fail(path, "reading .npy needs a little-endian host");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) detail::fail(path, "cannot open for reading");
-  char magic[8];
-  if (!in.read(magic, 8) || std::memcmp(magic, "\x93NUMPY", 6) != 0) detail::fail(path, "not a .npy file (bad magic string)");
-  const int major = static_cast<unsigned char>(magic[6]);
+/// Parses the bytes of a .npy file; `name` is used in error messages (see the header comment for what
+/// is accepted). Never reads past the bytes given and never allocates more than they can fill.
+inline array parse(const std::string& bytes, const std::string& name) {
+  if (!detail::little_endian()) detail::fail(name, "reading .npy needs a little-endian host");
+  if (bytes.size() < 10 || std::memcmp(bytes.data(), "\x93NUMPY", 6) != 0) detail::fail(name, "not a .npy file (bad magic string)");
+  const auto byte = [&](std::size_t i) { return std::uint32_t(static_cast<unsigned char>(bytes[i])); };
+  const std::uint32_t major = byte(6);
+  std::size_t pos = 0;
   std::uint32_t hlen = 0;
   if (major == 1) {
-    unsigned char b[2];
-    if (!in.read(reinterpret_cast<char*>(b), 2)) detail::fail(path, "truncated header");
-    hlen = std::uint32_t(b[0]) | (std::uint32_t(b[1]) << 8);
+    hlen = byte(8) | (byte(9) << 8);
+    pos = 10;
   } else if (major == 2 || major == 3) {
-    unsigned char b[4];
-    if (!in.read(reinterpret_cast<char*>(b), 4)) detail::fail(path, "truncated header");
-    hlen = std::uint32_t(b[0]) | (std::uint32_t(b[1]) << 8) | (std::uint32_t(b[2]) << 16) | (std::uint32_t(b[3]) << 24);
+    if (bytes.size() < 12) detail::fail(name, "truncated header");
+    hlen = byte(8) | (byte(9) << 8) | (byte(10) << 16) | (byte(11) << 24);
+    pos = 12;
   } else {
-    detail::fail(path, "format version " + std::to_string(major) + "." + std::to_string(int(static_cast<unsigned char>(magic[7]))) +
-                           " is not supported (1.0, 2.0 and 3.0 are)");
+    detail::fail(name, "format version " + std::to_string(major) + "." + std::to_string(byte(7)) + " is not supported (1.0, 2.0 and 3.0 are)");
   }
-  if (hlen > (1u << 24)) detail::fail(path, "header length " + std::to_string(hlen) + " is implausible");
-  std::string header(hlen, '\0');
-  if (!in.read(header.data(), hlen)) detail::fail(path, "truncated header");
+  if (hlen > bytes.size() - pos) detail::fail(name, "truncated header: " + std::to_string(hlen) + " bytes announced");
+  const std::string header = bytes.substr(pos, hlen);
+  pos += hlen;
   array a;
-  a.dtype = detail::field(header, "descr", path);
+  a.dtype = detail::field(header, "descr", name);
   if (a.dtype != "<f4" && a.dtype != "<f8")
-    detail::fail(path, "dtype '" + a.dtype + "' is not supported (expected little-endian float32 '<f4' or float64 '<f8')");
-  const std::string fortran = detail::field(header, "fortran_order", path);
-  if (fortran == "True") detail::fail(path, "Fortran-order arrays are not supported; save with numpy.ascontiguousarray first");
-  if (fortran != "False") detail::fail(path, "fortran_order is '" + fortran + "', expected True or False");
-  a.shape = detail::parse_shape(detail::field(header, "shape", path), path);
-  const std::int64_t n = a.size();
-  const std::size_t width = a.dtype == "<f4" ? 4 : 8;
-  a.data.resize(std::size_t(n));
-  if (width == 4) {
-    std::vector<float> buf(static_cast<std::size_t>(n));
-    if (n > 0 && !in.read(reinterpret_cast<char*>(buf.data()), std::streamsize(n * 4)))
-      detail::fail(path, "truncated data: expected " + std::to_string(n) + " float32 values for shape " + detail::shape_tuple(a.shape));
-    for (std::size_t i = 0; i < buf.size(); ++i) a.data[i] = buf[i];
-  } else if (n > 0 && !in.read(reinterpret_cast<char*>(a.data.data()), std::streamsize(n * 8))) {
-    detail::fail(path, "truncated data: expected " + std::to_string(n) + " float64 values for shape " + detail::shape_tuple(a.shape));
+    detail::fail(name, "dtype '" + a.dtype + "' is not supported (expected little-endian float32 '<f4' or float64 '<f8')");
+  const std::string fortran = detail::field(header, "fortran_order", name);
+  if (fortran == "True") detail::fail(name, "Fortran-order arrays are not supported; save with numpy.ascontiguousarray first");
+  if (fortran != "False") detail::fail(name, "fortran_order is '" + fortran + "', expected True or False");
+  a.shape = detail::parse_shape(detail::field(header, "shape", name), name);
+  const std::size_t width = a.dtype == "<f4" ? 4 : 8, available = (bytes.size() - pos) / width;
+  std::size_t n = 1;
+  for (auto e : a.shape)  // the product, stopped as soon as it exceeds what the bytes hold
+    n = (e == 0 || n == 0) ? 0 : (std::size_t(e) > available / n + 1 ? available + 1 : n * std::size_t(e));
+  if (n > available)
+    detail::fail(name, "truncated data: shape " + detail::shape_tuple(a.shape) + " needs more " + (width == 4 ? "float32" : "float64") +
+                           " values than the " + std::to_string(available) + " present");
+  a.data.resize(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    if (width == 4) {
+      float f;
+      std::memcpy(&f, bytes.data() + pos + 4 * i, 4);
+      a.data[i] = f;
+    } else {
+      std::memcpy(&a.data[i], bytes.data() + pos + 8 * i, 8);
+    }
   }
   return a;
+}
+
+/// Reads a .npy file (see the header comment for what is accepted).
+inline array read(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) detail::fail(path, "cannot open for reading");
+  const std::string bytes{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  return parse(bytes, path);
 }
 
 /// Reads a 2-D array (a 1-D array reads as one row) into a row-major matrix.

@@ -122,7 +122,8 @@ struct slab_eval<Semiseparable<T>> {
       const T* dtr = k < L ? dt.row(k) + c0 : zero.data();  // k = L: the state is still zero
       const T* xt = x + t * nc;
       T* yt = y + t * nc;
-      for (auto [j0, j1] : runs) {
+      for (const auto& run : runs) {  // no structured binding: clang 14 cannot capture one in a lambda
+        const Index j0 = run.first, j1 = run.second;
         const Index g_off = n.group_of_head(c0 + j0) * N;
         const T* in = (Transposed ? n.C().row(t) : n.B().row(t)) + g_off;
         const T* out = (Transposed ? n.B().row(t) : n.C().row(t)) + g_off;

@@ -1,0 +1,87 @@
+// libFuzzer target: expression evaluation on random shapes and coefficients. The input bytes choose
+// an expression kind, L, D, N, K and the coefficients (bounded, with occasional resets); in double,
+// apply(H, X) must equal materialize(H, c) X[:, c] for every channel, and row/col must equal the
+// materialized rows and columns. A mismatch aborts (a crash for libFuzzer).
+#include <iattn/iattn.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+
+namespace {
+
+using M = iattn::Matrix<double>;
+using iattn::Index;
+
+struct reader {
+  const std::uint8_t* p;
+  std::size_t n, i = 0;
+  std::uint8_t byte() { return i < n ? p[i++] : 0; }
+  Index pick(Index lo, Index hi) { return lo + Index(byte()) % (hi - lo + 1); }
+  /// A value in [lo, hi]; byte 255 gives `special` (a reset or an exact zero) when asked.
+  double value(double lo, double hi, double special = std::numeric_limits<double>::quiet_NaN()) {
+    const std::uint8_t b = byte();
+    if (b == 255 && !std::isnan(special)) return special;
+    return lo + (hi - lo) * double(b) / 254.0;
+  }
+  M matrix(Index r, Index c, double lo, double hi, double special = std::numeric_limits<double>::quiet_NaN()) {
+    M m(r, c);
+    for (Index k = 0; k < m.size(); ++k) m.data()[k] = value(lo, hi, special);
+    return m;
+  }
+};
+
+template <class H>
+void check(const H& h, const M& x) {
+  const Index L = x.rows(), D = x.cols();
+  const M y = iattn::apply(h, x);
+  if (y.rows() != L || y.cols() != D) std::abort();
+  if (L == 0) {
+    if (iattn::materialize(h, 0, 0).size() != 0) std::abort();
+    return;
+  }
+  const double scale = 1.0 + y.cwiseAbs().maxCoeff() + x.cwiseAbs().maxCoeff();
+  for (Index c = 0; c < D; ++c) {
+    const M m = iattn::materialize(h, c, L);
+    const M yc = m * x.col(c);
+    if (!((yc - y.col(c)).cwiseAbs().maxCoeff() <= 1e-8 * scale * (1.0 + m.cwiseAbs().maxCoeff()))) std::abort();
+  }
+  const Index t = L / 2;
+  const M r = iattn::row(h, t, L), co = iattn::col(h, t, L);
+  for (Index c = 0; c < D; ++c) {
+    const M m = iattn::materialize(h, c, L);
+    if (!((r.row(c) - m.row(t)).cwiseAbs().maxCoeff() <= 1e-9 * (1.0 + m.cwiseAbs().maxCoeff()))) std::abort();
+    if (!((co.row(c).transpose() - m.col(t)).cwiseAbs().maxCoeff() <= 1e-9 * (1.0 + m.cwiseAbs().maxCoeff()))) std::abort();
+  }
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  reader in{data, size};
+  const int kind = in.byte() % 8;
+  const Index L = in.pick(0, 40), H = in.pick(1, 3), P = in.pick(1, 2), N = in.pick(1, 4), K = in.pick(1, 6);
+  const Index D = H * P;
+  const double ninf = -std::numeric_limits<double>::infinity();
+  const M x = in.matrix(L, D, -2, 2);
+  const M d = in.matrix(L, D, -2, 2, 0.0), w = in.matrix(K, D, -1, 1);
+  switch (kind) {
+    case 0: check(iattn::semiseparable(in.matrix(L, H * N, -3, 0, ninf), in.matrix(L, N, -2, 2), in.matrix(L, N, -2, 2),
+                                       {.heads = H, .head_dim = P}), x); break;
+    case 1: check(iattn::diagonal(d) * iattn::semiseparable(in.matrix(L, H, -3, 0, ninf), in.matrix(L, N, -2, 2), in.matrix(L, N, -2, 2),
+                                                            {.heads = H, .head_dim = P}) * iattn::diagonal(M(d.cwiseAbs())) * iattn::causal_conv(w), x); break;
+    case 2: check(iattn::semiseparable(iattn::factored_decay(in.matrix(L, H, 0, 2), in.matrix(H, N, -3, 0)), in.matrix(L, N, -2, 2),
+                                       in.matrix(L, N, -2, 2), in.matrix(H, N, -1, 1), {.heads = H, .head_dim = P}), x); break;
+    case 3: check(iattn::linear_recurrence(in.matrix(L, D, -1, 1, 0.0), in.matrix(L, D, -2, 2)) * iattn::causal_conv(w), x); break;
+    case 4: check(iattn::wkv(in.matrix(L, D, -3, 0, ninf), in.matrix(L, D, -30, 30), in.matrix(1, D, -1, 1)), x); break;
+    case 5: check(iattn::flip(iattn::linear_recurrence(in.matrix(L, D, 0, 1), in.matrix(L, D, -2, 2))) +
+                  2.0 * iattn::diagonal(d), x); break;
+    case 6: check(iattn::row_normalize(iattn::semiseparable(in.matrix(L, H, -2, 0), in.matrix(L, N, 0.1, 2), in.matrix(L, N, 0.1, 2),
+                                                            {.heads = H, .head_dim = P})), x); break;
+    default: check(iattn::softmax_attention(in.matrix(L, H * N, -3, 3), in.matrix(L, H * N, -3, 3), {.heads = H, .head_dim = P}) *
+                   iattn::causal_conv(w), x); break;
+  }
+  return 0;
+}
