@@ -4,7 +4,7 @@
 //   apply_t: a forward pass for the row log-normalisers ell_t, then backwards
 //            G_s = e^{-ell_{s+1}} x_{s+1} + e^{w_{s+1}} G_{s+1} kept as (g, M) with G = g e^M,
 //            y_s = e^{u + k_s - ell_s} x_s + e^{k_s + M_s} g_s  (k_s + M_s <= 0).
-//   tiles:   ell per channel, then exp(score - ell) with the decay sums taken from long-double
+//   tiles:   ell per channel (in double), then exp(score - ell) with the decay sums taken from long-double
 //            prefix sums (exact differences for any L in practice), or w (t-1-s) when w is constant.
 #pragma once
 
@@ -19,40 +19,49 @@
 namespace iattn::cpu_detail {
 
 namespace wkv_detail {
-template <class T>
-T logaddexp(T a, T b) {
-  const T m = std::max(a, b);
-  if (m == -std::numeric_limits<T>::infinity()) return m;
+// The log-domain quantities (running maxima, log-normalisers) are carried in double whatever T is:
+// a float running maximum near 80 drifts by an ulp (8e-6) per step, and the drift changes the weight
+// of the current token against the history. The exponentials of their (non-positive) differences
+// are then taken in T.
+inline constexpr double ninf = -std::numeric_limits<double>::infinity();
+inline double logaddexp(double a, double b) {
+  const double m = std::max(a, b);
+  if (m == ninf) return m;
   return m + std::log1p(std::exp(std::min(a, b) - m));
 }
 /// ell_t = log sum_{s<=t} exp(score[t, s]) for channel c, t in [0, L).
 template <class T>
-void row_log_norms(const Wkv<T>& n, Index L, Index c, T* ell) {
-  const T u = n.u()(0, c);
-  T A = -std::numeric_limits<T>::infinity();  // log sum_{s<=t-1} exp(sum_{r=s+1..t-1} w_r + k_s)
+void row_log_norms(const Wkv<T>& n, Index L, Index c, double* ell) {
+  const double u = n.u()(0, c);
+  double A = ninf;  // log sum_{s<=t-1} exp(sum_{r=s+1..t-1} w_r + k_s)
   for (Index t = 0; t < L; ++t) {
-    const T k = n.k()(t, c);
+    const double k = n.k()(t, c);
     ell[t] = logaddexp(A, u + k);
-    A = logaddexp(A + n.decay(t, c), k);
+    A = logaddexp(A + double(n.decay(t, c)), k);
   }
 }
+template <class T>
+T exp_of(double v) { return T(std::exp(v)); }
 }  // namespace wkv_detail
 
 template <class T>
 struct slab_eval<Wkv<T>> {
   static void apply(const Wkv<T>& n, const context& cx, Index c0, Index nc, const T* x, T* y) {
-    const T ninf = -std::numeric_limits<T>::infinity();
+    using wkv_detail::exp_of;
+    using wkv_detail::ninf;
     for (Index j = 0; j < nc; ++j) {
       const Index c = c0 + j;
-      const T u = n.u()(0, c);
-      T num = 0, den = 0, m = ninf;  // the state before token t, times e^-m
+      const double u = n.u()(0, c);
+      T num = 0, den = 0;  // the state before token t, times e^-m
+      double m = ninf;
       for (Index t = 0; t < cx.L; ++t) {
-        const T k = n.k()(t, c), xv = x[t * nc + j];
-        const T mo = std::max(m, u + k);
-        const T e1 = std::exp(m - mo), e2 = std::exp(u + k - mo);
+        const double k = n.k()(t, c);
+        const T xv = x[t * nc + j];
+        const double mo = std::max(m, u + k);
+        const T e1 = exp_of<T>(m - mo), e2 = exp_of<T>(u + k - mo);
         y[t * nc + j] = (e1 * num + e2 * xv) / (e1 * den + e2);
-        const T md = m + n.decay(t, c), ms = std::max(md, k);
-        const T f1 = md == ninf ? T(0) : std::exp(md - ms), f2 = std::exp(k - ms);
+        const double md = m + double(n.decay(t, c)), ms = std::max(md, k);
+        const T f1 = md == ninf ? T(0) : exp_of<T>(md - ms), f2 = exp_of<T>(k - ms);
         num = f1 * num + f2 * xv;
         den = f1 * den + f2;
         m = ms;
@@ -60,22 +69,24 @@ struct slab_eval<Wkv<T>> {
     }
   }
   static void apply_t(const Wkv<T>& n, const context& cx, Index c0, Index nc, const T* x, T* y) {
-    const T ninf = -std::numeric_limits<T>::infinity();
-    std::vector<T> ell(static_cast<std::size_t>(std::max<Index>(cx.L, 1)));
+    using wkv_detail::exp_of;
+    using wkv_detail::ninf;
+    std::vector<double> ell(static_cast<std::size_t>(std::max<Index>(cx.L, 1)));
     for (Index j = 0; j < nc; ++j) {
       const Index c = c0 + j;
       wkv_detail::row_log_norms(n, cx.L, c, ell.data());
-      const T u = n.u()(0, c);
-      T g = 0, M = ninf;  // G_s = g e^M
+      const double u = n.u()(0, c);
+      T g = 0;  // G_s = g e^M
+      double M = ninf;
       for (Index s = cx.L - 1; s >= 0; --s) {
         if (s + 1 < cx.L) {  // G_s from G_{s+1}
-          const T a = -ell[std::size_t(s + 1)], b = M + n.decay(s + 1, c), Mn = std::max(a, b);
-          g = x[(s + 1) * nc + j] * std::exp(a - Mn) + (b == ninf ? T(0) : g * std::exp(b - Mn));
+          const double a = -ell[std::size_t(s + 1)], b = M + double(n.decay(s + 1, c)), Mn = std::max(a, b);
+          g = x[(s + 1) * nc + j] * exp_of<T>(a - Mn) + (b == ninf ? T(0) : g * exp_of<T>(b - Mn));
           M = Mn;
         }
-        const T k = n.k()(s, c);
-        const T tail = M == ninf ? T(0) : std::exp(k + M) * g;
-        y[s * nc + j] = std::exp(u + k - ell[std::size_t(s)]) * x[s * nc + j] + tail;
+        const double k = n.k()(s, c);
+        const T tail = M == ninf ? T(0) : exp_of<T>(k + M) * g;
+        y[s * nc + j] = exp_of<T>(u + k - ell[std::size_t(s)]) * x[s * nc + j] + tail;
       }
     }
   }
@@ -85,7 +96,7 @@ template <class T>
 struct channel_eval<Wkv<T>, T> {
   const Wkv<T>* n;
   Index c, L;
-  std::vector<T> ell;
+  std::vector<double> ell;
   std::vector<long double> prefix;  // prefix[i] = sum of the finite w_r, r < i, when w varies over tokens
   std::vector<Index> resets;        // resets[i] = how many w_r = -inf, r < i
   channel_eval(const Wkv<T>& node, const context& cx, Index ch) : n(&node), c(ch), L(cx.L), ell(std::size_t(std::max<Index>(cx.L, 1))) {
@@ -102,18 +113,18 @@ struct channel_eval<Wkv<T>, T> {
     }
   }
   /// sum_{r=s+1..t-1} w_r for s < t (-inf when a reset lies in between).
-  T decay_sum(Index t, Index s) const {
-    if (n->constant_decay()) return t - 1 == s ? T(0) : n->decay(0, c) * T(t - 1 - s);
-    if (resets[std::size_t(t)] != resets[std::size_t(s + 1)]) return -std::numeric_limits<T>::infinity();
-    return T(prefix[std::size_t(t)] - prefix[std::size_t(s + 1)]);
+  double decay_sum(Index t, Index s) const {
+    if (n->constant_decay()) return t - 1 == s ? 0.0 : double(n->decay(0, c)) * double(t - 1 - s);
+    if (resets[std::size_t(t)] != resets[std::size_t(s + 1)]) return wkv_detail::ninf;
+    return double(prefix[std::size_t(t)] - prefix[std::size_t(s + 1)]);
   }
   void block(Index i0, Index i1, Index j0, Index j1, tile<T> out) const {
-    const T u = n->u()(0, c);
+    const double u = n->u()(0, c);
     for (Index t = i0; t < i1; ++t)
       for (Index s = j0; s < j1; ++s) {
         T v = 0;
-        if (s == t) v = std::exp(u + n->k()(t, c) - ell[std::size_t(t)]);
-        else if (s < t) v = std::exp(decay_sum(t, s) + n->k()(s, c) - ell[std::size_t(t)]);
+        if (s == t) v = T(std::exp(u + double(n->k()(t, c)) - ell[std::size_t(t)]));
+        else if (s < t) v = T(std::exp(decay_sum(t, s) + double(n->k()(s, c)) - ell[std::size_t(t)]));
         out(t - i0, s - j0) = v;
       }
   }
