@@ -49,3 +49,36 @@ TEMPLATE_TEST_CASE("product rewrites equal the dense products", "[rewrites]", fl
     }
   }
 }
+
+TEMPLATE_TEST_CASE("diagonal chains fold into the scans' apply", "[rewrites][fold]", float, double) {
+  using T = TestType;
+  using namespace iattn;
+  const Index H = 4, P = 3, D = H * P, N = 5;
+  for (Index L : {Index(1), Index(7), Index(257)}) {
+    INFO("L = " << L);
+    const Mat<T> g = normal<T>(L, D), dt = uniform<T>(L, D, 0.01, 0.3), u = normal<T>(L, D), k1 = normal<T>(1, D), k2 = normal<T>(1, D);
+    const Mat<T> lam = uniform<T>(L, H, -1, -0.01), B = normal<T>(L, N), C = normal<T>(L, N), x = normal<T>(L, D), w4 = normal<T>(4, D);
+    const Mat<T> dth = uniform<T>(L, D, 0.01, 0.3), A = uniform<T>(D, N, -2, -0.1), a = uniform<T>(L, D, 0.2, 0.95), b = normal<T>(L, D);
+    const auto S = semiseparable(lam, B, C, {.heads = H, .head_dim = P});                   // per head, P > 1
+    const auto F = semiseparable(factored_decay(dth, A), B, C, {.heads = D});              // Mamba-1's scan
+    const auto R = linear_recurrence(a, b);
+    auto dense_of = [&](const auto& e) { return [&](Index c) { return MatD(materialize(e, c, L).template cast<double>()); }; };
+    const double tol = tolerance<T>();
+    {
+      INFO("diag diag S diag diag conv, constant (1, D) diagonals on both sides");
+      const auto e = diagonal(k1) * diagonal(g) * S * diagonal(dt) * diagonal(k2) * causal_conv(w4);
+      check_close(apply(e, x), dense_apply(dense_of(e), dd(x)), tol);
+    }
+    {
+      INFO("the Mamba-1 composite on the channel-vectorised scan");
+      const auto e = diagonal(g) * F * diagonal(dt) * diagonal(u) * causal_conv(w4);
+      check_close(apply(e, x), dense_apply(dense_of(e), dd(x)), tol);
+    }
+    {
+      INFO("diag LR diag, and a chain whose core has no folded apply (conv)");
+      check_close(apply(diagonal(g) * R * diagonal(u), x), dense_apply(dense_of(diagonal(g) * R * diagonal(u)), dd(x)), tol);
+      const auto e = diagonal(k1) * causal_conv(w4) * diagonal(u);
+      check_close(apply(e, x), dense_apply(dense_of(e), dd(x)), tol);
+    }
+  }
+}

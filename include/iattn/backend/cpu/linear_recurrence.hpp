@@ -15,16 +15,23 @@ namespace iattn::cpu_detail {
 template <class T>
 struct slab_eval<LinearRecurrence<T>> {
   static void apply(const LinearRecurrence<T>& n, const context& cx, Index c0, Index nc, const T* x, T* y) {
-    std::vector<T> h(static_cast<std::size_t>(nc), T(0));
+    apply_scaled(n, cx, c0, nc, x, y, diag_scales<T>{});
+  }
+  /// y = post * (R (pre * x)), the diagonal factors applied per token inside the scan.
+  static void apply_scaled(const LinearRecurrence<T>& n, const context& cx, Index c0, Index nc, const T* x, T* y,
+                           const diag_scales<T>& sc) {
+    std::vector<T> h(static_cast<std::size_t>(nc), T(0)), xbuf(static_cast<std::size_t>(nc));
     for (Index t = 0; t < cx.L; ++t) {
       const T* a = n.a().row(t) + c0;
       const T* b = n.b().row(t) + c0;
+      const T* xt = input_row(&sc, t, c0, nc, x + t * nc, xbuf.data());
       simd::for_packs<T>(nc, [&](auto w, Index j) {
         using P = simd::pack<T, decltype(w)::value>;
-        const P hv = fma(P::load(a + j), P::load(h.data() + j), P::load(b + j) * P::load(x + t * nc + j));
+        const P hv = fma(P::load(a + j), P::load(h.data() + j), P::load(b + j) * P::load(xt + j));
         hv.store(h.data() + j);
         hv.store(y + t * nc + j);
       });
+      finish_row(&sc, t, c0, nc, y + t * nc);
     }
   }
   static void apply_t(const LinearRecurrence<T>& n, const context& cx, Index c0, Index nc, const T* x, T* y) {

@@ -12,21 +12,62 @@
 // (O(L^3) for a full materialize; documented in docs/operators.md).
 #pragma once
 
+#include "../../ops/diagonal.hpp"
 #include "../../ops/product.hpp"
 #include "tile.hpp"
 
 #include <algorithm>
+#include <type_traits>
 #include <vector>
 
 namespace iattn::cpu_detail {
+
+/// y = post * (Node (pre * x)): the node's own folded apply when it has one (the scans), else
+/// whole-slab scaling passes around its apply.
+template <class Node, class T>
+void apply_scaled(const Node& n, const context& cx, Index c0, Index nc, const T* x, T* y, const diag_scales<T>& sc) {
+  if constexpr (requires { slab_eval<Node>::apply_scaled(n, cx, c0, nc, x, y, sc); }) {
+    slab_eval<Node>::apply_scaled(n, cx, c0, nc, x, y, sc);
+  } else {
+    if (sc.pre.empty()) {
+      slab_eval<Node>::apply(n, cx, c0, nc, x, y);
+    } else {
+      scratch<T> tmp(cx.L * nc);
+      for (Index t = 0; t < cx.L; ++t) scale_row(sc.pre, t, c0, nc, x + t * nc, tmp.data() + t * nc);
+      slab_eval<Node>::apply(n, cx, c0, nc, tmp.data(), y);
+    }
+    if (!sc.post.empty())
+      for (Index t = 0; t < cx.L; ++t) scale_row(sc.post, t, c0, nc, y + t * nc, y + t * nc);
+  }
+}
+
+template <class Node, class T>
+inline constexpr bool is_plain_diagonal_v = std::is_same_v<Node, Diagonal<T>>;
 
 template <class A, class B>
 struct slab_eval<Product<A, B>> {
   template <class T>
   static void apply(const Product<A, B>& n, const context& cx, Index c0, Index nc, const T* x, T* y) {
-    scratch<T> tmp(cx.L * nc);
-    slab_eval<B>::apply(n.right(), cx, c0, nc, x, tmp.data());
-    slab_eval<A>::apply(n.left(), cx, c0, nc, tmp.data(), y);
+    apply_scaled(n, cx, c0, nc, x, y, diag_scales<T>{});
+  }
+  /// A chain diag * ... * diag runs as one pass of its non-diagonal core: right-hand diagonals join
+  /// the core's input scalings, left-hand ones its output scalings (they commute with each other).
+  template <class T>
+  static void apply_scaled(const Product<A, B>& n, const context& cx, Index c0, Index nc, const T* x, T* y,
+                           const diag_scales<T>& sc) {
+    if constexpr (is_plain_diagonal_v<B, T>) {
+      diag_scales<T> s = sc;
+      s.pre.push_back({n.right().d().data(), n.right().d().cols(), n.right().constant()});
+      cpu_detail::apply_scaled(n.left(), cx, c0, nc, x, y, s);
+    } else if constexpr (is_plain_diagonal_v<A, T>) {
+      diag_scales<T> s = sc;
+      s.post.push_back({n.left().d().data(), n.left().d().cols(), n.left().constant()});
+      cpu_detail::apply_scaled(n.right(), cx, c0, nc, x, y, s);
+    } else {
+      scratch<T> tmp(cx.L * nc);
+      cpu_detail::apply_scaled(n.right(), cx, c0, nc, x, tmp.data(), diag_scales<T>{sc.pre, {}});
+      cpu_detail::apply_scaled(n.left(), cx, c0, nc, tmp.data(), y, diag_scales<T>{{}, sc.post});
+    }
   }
   template <class T>
   static void apply_t(const Product<A, B>& n, const context& cx, Index c0, Index nc, const T* x, T* y) {

@@ -25,16 +25,22 @@ namespace iattn::cpu_detail {
 template <class T>
 struct slab_eval<Semiseparable<T>> {
   static void apply(const Semiseparable<T>& n, const context& cx, Index c0, Index nc, const T* x, T* y) {
-    run<false>(n, cx, c0, nc, x, y);
+    run<false>(n, cx, c0, nc, x, y, nullptr);
+  }
+  /// y = post * (S (pre * x)), the diagonal factors applied per token inside the scan.
+  static void apply_scaled(const Semiseparable<T>& n, const context& cx, Index c0, Index nc, const T* x, T* y,
+                           const diag_scales<T>& sc) {
+    run<false>(n, cx, c0, nc, x, y, &sc);
   }
   static void apply_t(const Semiseparable<T>& n, const context& cx, Index c0, Index nc, const T* x, T* y) {
-    run<true>(n, cx, c0, nc, x, y);
+    run<true>(n, cx, c0, nc, x, y, nullptr);
   }
 
  private:
   template <bool Transposed>
-  static void run(const Semiseparable<T>& n, const context& cx, Index c0, Index nc, const T* x, T* y) {
-    if (n.factored() && n.head_dim() == 1) return run_across_channels<Transposed>(n, cx, c0, nc, x, y);
+  static void run(const Semiseparable<T>& n, const context& cx, Index c0, Index nc, const T* x, T* y, const diag_scales<T>* sc) {
+    if (n.factored() && n.head_dim() == 1) return run_across_channels<Transposed>(n, cx, c0, nc, x, y, sc);
+    std::vector<T> xbuf(static_cast<std::size_t>(nc));
     const Index L = cx.L, N = n.state(), P = n.head_dim();
     const bool per_state = n.per_state(), strict = n.strict();
     const Index Nd = per_state ? N : 1;
@@ -72,7 +78,7 @@ struct slab_eval<Semiseparable<T>> {
       }
       const T* Brow = Bc.row(t);
       const T* Crow = Cc.row(t);
-      const T* xt = x + t * nc;
+      const T* xt = input_row(sc, t, c0, nc, x + t * nc, xbuf.data());
       T* yt = y + t * nc;
       for (const head_span& hs : spans) {
         const T* in = (Transposed ? Crow : Brow) + hs.g_off;
@@ -86,6 +92,7 @@ struct slab_eval<Semiseparable<T>> {
             yt[j] = strict ? step_strict<false>(N, d, in, out, hs.bonus, xt[j], h) : step<false>(N, d, in, out, xt[j], h);
         }
       }
+      finish_row(sc, t, c0, nc, yt);
     }
   }
 
@@ -94,7 +101,8 @@ struct slab_eval<Semiseparable<T>> {
   // register. No horizontal reductions, and L*nc + nc*N decay inputs instead of L*nc*N.
   template <bool Transposed>
   static void run_across_channels(const Semiseparable<T>& n, const context& cx, Index c0, Index nc, const T* x,
-                                  T* y) {
+                                  T* y, const diag_scales<T>* sc) {
+    std::vector<T> xbuf(static_cast<std::size_t>(nc));
     const Index L = cx.L, N = n.state();
     const bool strict = n.strict();
     const auto& dt = n.lambda();
@@ -120,7 +128,7 @@ struct slab_eval<Semiseparable<T>> {
       const Index t = Transposed ? L - 1 - i : i;
       const Index k = (Transposed && !strict) ? t + 1 : t;
       const T* dtr = k < L ? dt.row(k) + c0 : zero.data();  // k = L: the state is still zero
-      const T* xt = x + t * nc;
+      const T* xt = input_row(sc, t, c0, nc, x + t * nc, xbuf.data());
       T* yt = y + t * nc;
       for (const auto& run : runs) {  // no structured binding: clang 14 cannot capture one in a lambda
         const Index j0 = run.first, j1 = run.second;
@@ -137,6 +145,7 @@ struct slab_eval<Semiseparable<T>> {
         if (strict) sweep.template operator()<true>();
         else sweep.template operator()<false>();
       }
+      finish_row(sc, t, c0, nc, yt);
     }
   }
 

@@ -49,6 +49,51 @@ struct tile_buffer {
   tile_buffer(Index rows, Index cols) : storage(std::size_t(std::max<Index>(rows * cols, 1))), view{storage.data(), rows, cols, cols} {}
 };
 
+/// A Diagonal's coefficient as the scans read it: row t of an (L, D) matrix, or its one (1, D) row.
+template <class T>
+struct diag_ref {
+  const T* data;
+  Index cols;
+  bool constant;
+  const T* row(Index t) const { return constant ? data : data + t * cols; }
+};
+
+/// Diagonal factors folded into a node's apply: x is multiplied by every `pre` factor before the
+/// node, y by every `post` factor after it. A scan applies them per token while the row is in L1
+/// (no extra pass over the slab); other nodes fall back to whole-slab passes (product.hpp).
+template <class T>
+struct diag_scales {
+  std::vector<diag_ref<T>> pre, post;
+};
+
+/// dst[j] = src[j] * prod_k f_k[t, c0 + j] for j < nc (dst may be src).
+template <class T>
+void scale_row(const std::vector<diag_ref<T>>& fs, Index t, Index c0, Index nc, const T* src, T* dst) {
+  if (fs.empty()) {
+    if (dst != src) std::copy(src, src + nc, dst);
+    return;
+  }
+  const T* f0 = fs[0].row(t) + c0;
+  for (Index j = 0; j < nc; ++j) dst[j] = src[j] * f0[j];
+  for (std::size_t k = 1; k < fs.size(); ++k) {
+    const T* f = fs[k].row(t) + c0;
+    for (Index j = 0; j < nc; ++j) dst[j] *= f[j];
+  }
+}
+
+/// The token row a scan reads: x's row, or its copy scaled by the pre factors in buf.
+template <class T>
+const T* input_row(const diag_scales<T>* sc, Index t, Index c0, Index nc, const T* xt, T* buf) {
+  if (!sc || sc->pre.empty()) return xt;
+  scale_row(sc->pre, t, c0, nc, xt, buf);
+  return buf;
+}
+/// A scan's finished output row, scaled by the post factors in place.
+template <class T>
+void finish_row(const diag_scales<T>* sc, Index t, Index c0, Index nc, T* yt) {
+  if (sc && !sc->post.empty()) scale_row(sc->post, t, c0, nc, yt, yt);
+}
+
 /// Uninitialised scratch for one (L, nc) slab: every evaluator writes its whole output before
 /// reading it, so no pass is spent zeroing.
 template <class T>
