@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # Installs the Debian packages iattn needs when they are missing (Debian 12 names).
-# Usage: scripts/deps.sh [--bench]
+# Usage: scripts/deps.sh [--bench] [--sanitize]
 set -euo pipefail
 pkgs=(g++ cmake make libeigen3-dev libxsimd-dev catch2 libstb-dev)
-[ "${1:-}" = "--bench" ] && pkgs+=(libbenchmark-dev)
+for a in "$@"; do
+  [ "$a" = "--bench" ] && pkgs+=(libbenchmark-dev)
+  [ "$a" = "--sanitize" ] && pkgs+=(clang libclang-rt-14-dev libomp-14-dev)  # the sanitizer stages
+done
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -62,16 +62,19 @@ struct pack<T, W> {
   friend pack operator*(pack a, pack b) { return {a.v * b.v}; }
   friend pack operator/(pack a, pack b) { return {a.v / b.v}; }
   friend pack fma(pack a, pack b, pack c) { return {xsimd::fma(a.v, b.v, c.v)}; }
-  /// e^a. float: the short kernel below; double: xsimd's.
+  /// e^a. float: the short kernel below; double: xsimd's, its argument clamped at -1000 (where the
+  /// result is 0 anyway), because xsimd's reduction converts the argument to an integer and -inf
+  /// has none (undefined behaviour that clang's UBSan reports). NaN passes the clamp unchanged.
   friend pack exp(pack a) {
     if constexpr (std::is_same_v<T, float>) return {exp_f32(a.v)};
-    else return {xsimd::exp(a.v)};
+    else return {xsimd::exp(clamp_low(a.v, T(-1000)))};
   }
-  /// 2^a. float: the short kernel below; double: xsimd's.
+  /// 2^a. float: the short kernel below; double: xsimd's, clamped likewise.
   friend pack exp2(pack a) {
     if constexpr (std::is_same_v<T, float>) return {exp2_f32(a.v)};
-    else return {xsimd::exp2(a.v)};
+    else return {xsimd::exp2(clamp_low(a.v, T(-1500)))};
   }
+  static batch clamp_low(batch a, T lo) { return xsimd::select(a < batch(lo), batch(lo), a); }
   friend pack max(pack a, pack b) { return {xsimd::max(a.v, b.v)}; }
   friend T reduce_add(pack a) {
 #if defined(XSIMD_VERSION_MAJOR) && XSIMD_VERSION_MAJOR < 9
