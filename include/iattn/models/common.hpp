@@ -54,6 +54,16 @@ void check_field(const char* model, const char* field, const M& m, Index rows, I
   detail::require_shape(m.rows() == rows && m.cols() == cols, model, field, m.rows(), m.cols(), expected);
 }
 
+/// HGRN's forget-gate lower bound (1, width): optional (empty means 0), each value in [0, 1).
+template <class M>
+void check_lower_bound(const char* model, const M& lb, Index width, const std::string& expected) {
+  if (lb.size() == 0) return;
+  check_field(model, "lower_bound", lb, 1, width, expected);
+  for (Index j = 0; j < width; ++j)
+    if (!(lb(0, j) >= 0 && lb(0, j) < 1))
+      detail::fail(model, "lower_bound[" + std::to_string(j) + "] is " + std::to_string(double(lb(0, j))) + " but must lie in [0, 1)");
+}
+
 namespace nn {
 
 template <class T>

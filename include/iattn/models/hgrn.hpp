@@ -53,12 +53,7 @@ struct hgrn_weights {
     check_field(m, "g_proj_weight", g_proj_weight, I, d, ih);
     check_field(m, "g_norm_weight", g_norm_weight, 1, I, i1);
     check_field(m, "o_proj_weight", o_proj_weight, d, I, "(hidden_size=" + to_string(d) + ", input_dim=" + to_string(I) + ")");
-    if (lower_bound.size() != 0) {
-      check_field(m, "lower_bound", lower_bound, 1, I, i1);
-      for (Index j = 0; j < I; ++j)
-        if (!(lower_bound(0, j) >= 0 && lower_bound(0, j) < 1))
-          detail::fail(m, "lower_bound[" + to_string(j) + "] is " + to_string(double(lower_bound(0, j))) + " but must lie in [0, 1)");
-    }
+    check_lower_bound(m, lower_bound, I, i1);
   }
 };
 

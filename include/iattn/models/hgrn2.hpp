@@ -57,12 +57,7 @@ struct hgrn2_weights {
     check_field(m, "i_proj_weight", i_proj_weight, d, d, dd);
     check_field(m, "g_norm_weight", g_norm_weight, 1, d, "(1, hidden_size=" + to_string(d) + ")");
     check_field(m, "o_proj_weight", o_proj_weight, d, d, dd);
-    if (lower_bound.size() != 0) {
-      check_field(m, "lower_bound", lower_bound, 1, F, "(1, forget_dim=" + to_string(F) + ")");
-      for (Index j = 0; j < F; ++j)
-        if (!(lower_bound(0, j) >= 0 && lower_bound(0, j) < 1))
-          detail::fail(m, "lower_bound[" + to_string(j) + "] is " + to_string(double(lower_bound(0, j))) + " but must lie in [0, 1)");
-    }
+    check_lower_bound(m, lower_bound, F, "(1, forget_dim=" + to_string(F) + ")");
   }
 };
 

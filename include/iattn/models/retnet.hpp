@@ -148,14 +148,8 @@ Matrix<T> retnet_forward(const retnet_weights<T>& w, const Matrix<T>& u) {
         y(t, h * P + p) = acc * scale;
       }
     }
-    // the per-head norm
-    for (Index t = 0; t < L; ++t) {
-      auto seg = y.row(t).segment(h * P, P);
-      const T mu = c.centered ? seg.mean() : T(0);
-      const T var = (seg.array() - mu).square().mean();
-      seg = ((seg.array() - mu) / std::sqrt(var + T(c.layernorm_eps))).matrix();
-    }
   }
+  nn::group_norm_rows<T>(y, H, c.layernorm_eps, c.centered);  // the per-head norm
   for (Index t = 0; t < L; ++t)
     for (Index j = 0; j < c.value_dim; ++j) y(t, j) *= nn::silu(s.g(t, j));
   return nn::linear<T>(y, w.out_proj_weight);
