@@ -8,6 +8,7 @@
 #include "causal_conv.hpp"
 #include "diagonal.hpp"
 #include "linear_recurrence.hpp"
+#include "mean.hpp"
 #include "parallel.hpp"
 #include "product.hpp"
 #include "semiseparable.hpp"
@@ -48,9 +49,10 @@ Matrix<T> materialize(const Node& n, const context& cx, Index c) {
 }
 
 /// Mean over channels, accumulated tile by tile: channel evaluators are prepared a chunk of
-/// channels at a time, so memory is O(L^2) for the result plus O(chunk * L * N).
+/// channels at a time, so memory is O(L^2) for the result plus O(chunk * L * N). The path for
+/// expressions that mean.hpp cannot expand into diag * core * diag * conv terms.
 template <class T, class Node>
-Matrix<T> materialize_mean(const Node& n, const context& cx) {
+Matrix<T> materialize_mean_tiles(const Node& n, const context& cx) {
   Matrix<T> out = Matrix<T>::Zero(cx.L, cx.L);
   if (cx.L == 0 || cx.D == 0) return out;
   const Index nb = (cx.L + tile_size - 1) / tile_size;
@@ -80,6 +82,15 @@ Matrix<T> materialize_mean(const Node& n, const context& cx) {
   }
   out *= T(1) / T(cx.D);
   return out;
+}
+
+/// Mean over channels: blocked GEMMs over (channel, state) when the expression expands into
+/// diag * core * diag * conv terms (mean.hpp), the tile path otherwise.
+template <class T, class Node>
+Matrix<T> materialize_mean(const Node& n, const context& cx) {
+  mean_terms<T> terms;
+  if (cx.L > 0 && cx.D > 0 && expand_mean<T>(n, cx, terms)) return mean_of_terms(terms, cx);
+  return materialize_mean_tiles<T>(n, cx);
 }
 
 /// (D, L): row t (transposed apply of e_t) or column s (apply of e_s) of every channel's matrix.

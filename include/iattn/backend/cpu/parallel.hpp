@@ -23,6 +23,14 @@ inline void parallel_for(Index n, Body&& body) {
   for (Index i = 0; i < n; ++i) body(i);
 }
 
+/// Index of the calling thread inside parallel_for's team, in [0, max_threads()).
+inline int thread_index() {
+#if defined(_OPENMP)
+  return omp_get_thread_num();
+#else
+  return 0;
+#endif
+}
 inline int max_threads() {
 #if defined(_OPENMP)
   return omp_get_max_threads();

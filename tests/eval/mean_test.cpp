@@ -1,0 +1,179 @@
+// materialize_mean's GEMM path (backend/cpu/mean.hpp) against the mean of dense per-channel
+// matrices built with plain loops, in double: every decay form, strict with bonus, heads and groups,
+// linear recurrences, convolutions of width 1 to 16 folded into the injection, sums and scales,
+// several channel chunks, token blocks with tails, lambda = -inf, float against double.
+#include "support/test_common.hpp"
+
+using namespace test;
+
+namespace {
+
+/// mean_c of diag(P^c) Core^c diag(Q^c) Conv^c with Core^c given densely; P, Q (L or 1, D), empty = ones.
+template <class CoreOf>
+MatD mean_oracle(Index L, Index D, CoreOf&& core_of, const MatD& P, const MatD& Q, const MatD& w) {
+  MatD out = MatD::Zero(L, L);
+  const Index K = w.size() ? w.rows() : 1;
+  auto at = [](const MatD& d, Index t, Index c) { return d.size() == 0 ? 1.0 : d(d.rows() == 1 ? 0 : t, c); };
+  for (Index c = 0; c < D; ++c) {
+    const MatD S = core_of(c);
+    for (Index t = 0; t < L; ++t)
+      for (Index sp = 0; sp <= t; ++sp) {
+        double v = 0;
+        for (Index lag = 0; lag < K && sp + lag <= t; ++lag)
+          v += (w.size() ? w(K - 1 - lag, c) : 1.0) * at(Q, sp + lag, c) * S(t, sp + lag);
+        out(t, sp) += at(P, t, c) * v / double(D);
+      }
+  }
+  return out;
+}
+
+template <class H>
+bool takes_gemm_path(const H& h, Index L) {
+  iattn::cpu_detail::mean_terms<typename H::scalar> terms;
+  return iattn::cpu_detail::expand_mean<typename H::scalar>(h, {L, h.channels()}, terms);
+}
+
+template <class T>
+void check_mamba1(Index L, Index D, Index N, Index K) {
+  INFO("L = " << L << ", D = " << D << ", N = " << N << ", K = " << K);
+  const Mat<T> g = normal<T>(L, D), dt = uniform<T>(L, D, 0.001, 0.3), A = -uniform<T>(D, N, 0.5, 16.0);
+  const Mat<T> B = normal<T>(L, N), C = normal<T>(L, N), sig = uniform<T>(L, D, 0, 1), w = normal<T>(K, D, 0.5);
+  MatD lam(L, D * N);
+  for (Index t = 0; t < L; ++t)
+    for (Index c = 0; c < D; ++c)
+      for (Index m = 0; m < N; ++m) lam(t, c * N + m) = double(dt(t, c)) * double(A(c, m));
+  using namespace iattn;
+  const auto H = diagonal(g) * semiseparable(factored_decay(dt, A), B, C, {.heads = D}) * diagonal(dt) *
+                 diagonal(sig) * causal_conv(w);
+  REQUIRE(takes_gemm_path(H, L));
+  const MatD Q = dd(dt).cwiseProduct(dd(sig));
+  const MatD ref = mean_oracle(L, D, [&](Index c) { return dense_semiseparable(lam, dd(B), dd(C), D, 1, 1, c); },
+                               dd(g), Q, dd(w));
+  check_close(materialize_mean(H), ref, std::is_same_v<T, float> ? 2e-5 : 1e-12);
+}
+
+}  // namespace
+
+TEST_CASE("mean: Mamba-1 composite, every length, conv widths", "[mean]") {
+  for (Index L : lengths)
+    for (Index K : {1, 2, 4}) {
+      check_mamba1<double>(L, L >= 1000 ? 3 : 5, 4, K);
+      check_mamba1<float>(L, L >= 1000 ? 3 : 5, 4, K);
+    }
+  check_mamba1<double>(40, 3, 3, 16);  // the widest folded convolution
+  check_mamba1<double>(7, 3, 3, 16);   // K > L
+}
+
+TEST_CASE("mean: several channel chunks, heads split across chunks", "[mean]") {
+  // N = 128: 8 channels per inner chunk of 1024, so 12 channels take two chunks, one head straddling.
+  for (Index L : {Index(33), Index(100)}) {
+    INFO("L = " << L);
+    const Index H = 3, P = 4, G = 1, N = 128, D = H * P;
+    const MatD lam = uniform<double>(L, H, -0.5, -0.01), B = normal<double>(L, G * N), C = normal<double>(L, G * N);
+    const MatD z = normal<double>(L, D), dt = uniform<double>(L, D, 0.01, 0.2), w = normal<double>(4, D, 0.5);
+    using namespace iattn;
+    const auto Hx = diagonal(z) * semiseparable(lam, B, C, {.heads = H, .head_dim = P, .groups = G}) * diagonal(dt) *
+                    causal_conv(w);
+    REQUIRE(takes_gemm_path(Hx, L));
+    const MatD ref = mean_oracle(L, D, [&](Index c) { return dense_semiseparable(lam, B, C, H, P, G, c); }, z, dt, w);
+    check_close(materialize_mean(Hx), ref, 1e-12);
+  }
+}
+
+TEST_CASE("mean: per-state decay, groups, strict form with bonus", "[mean]") {
+  for (Index L : {Index(1), Index(2), Index(31), Index(32), Index(33), Index(97)})
+    for (Index K : {1, 3}) {
+      INFO("L = " << L << ", K = " << K);
+      const Index H = 4, G = 2, N = 3, D = H;
+      const MatD lam = uniform<double>(L, H * N, -1.0, -0.01), B = normal<double>(L, G * N), C = normal<double>(L, G * N);
+      const MatD bonus = normal<double>(H, N), r = uniform<double>(L, D, 0, 1), k = uniform<double>(L, D, 0.1, 2.0);
+      const MatD w = normal<double>(K, D, 0.5);
+      using namespace iattn;
+      const auto S = semiseparable(lam, B, C, bonus, {.heads = H, .groups = G});
+      REQUIRE(S.strict());
+      const auto Hx = diagonal(r) * S * diagonal(k) * causal_conv(w);
+      REQUIRE(takes_gemm_path(Hx, L));
+      const MatD ref =
+          mean_oracle(L, D, [&](Index c) { return dense_semiseparable(lam, B, C, H, 1, G, c, true, &bonus); }, r, k, w);
+      check_close(materialize_mean(Hx), ref, 1e-12);
+      const auto plain = diagonal(r) * S;  // no conv: the bonus diagonal alone is the band
+      check_close(materialize_mean(plain),
+                  mean_oracle(L, D, [&](Index c) { return dense_semiseparable(lam, B, C, H, 1, G, c, true, &bonus); }, r,
+                              MatD(), MatD()),
+                  1e-12);
+    }
+}
+
+TEST_CASE("mean: linear recurrence with a masked convolution (Griffin's form)", "[mean]") {
+  for (Index L : {Index(1), Index(7), Index(64), Index(257)}) {
+    INFO("L = " << L);
+    const Index D = 6;
+    const MatD a = uniform<double>(L, D, -0.9, 0.99), b = normal<double>(L, D), gate = normal<double>(L, D);
+    const MatD m1 = uniform<double>(L, D, 0, 1), m2 = uniform<double>(L, D, 0, 1);
+    const MatD w1 = normal<double>(1, D), w2 = normal<double>(3, D);
+    using namespace iattn;
+    const auto Hx = diagonal(gate) * linear_recurrence(a, b) *
+                    (diagonal(m1) * causal_conv(w1) + diagonal(m2) * causal_conv(w2));
+    REQUIRE(takes_gemm_path(Hx, L));
+    const auto lr = [&](Index c) { return dense_linear_recurrence(a, b, c); };
+    const MatD ref = mean_oracle(L, D, lr, gate, m1, w1) + mean_oracle(L, D, lr, gate, m2, w2);
+    check_close(materialize_mean(Hx), ref, 1e-12);
+  }
+}
+
+TEST_CASE("mean: sums, scales, identity, skip diagonals and bound group norms", "[mean]") {
+  const Index L = 70, D = 5, N = 4;
+  const MatD lam = uniform<double>(L, D * N, -0.6, -0.01), B = normal<double>(L, N), C = normal<double>(L, N);
+  const MatD g = normal<double>(L, D), skip = normal<double>(1, D), w = normal<double>(4, D, 0.5);
+  using namespace iattn;
+  const auto S = semiseparable(lam, B, C, {.heads = D});
+  const auto Hx = 0.5 * (diagonal(g) * (S + diagonal(skip)) * causal_conv(w)) + 2.0 * identity();
+  REQUIRE(takes_gemm_path(Hx, L));
+  const auto dense_S = [&](Index c) { return dense_semiseparable(lam, B, C, D, 1, 1, c); };
+  MatD ref = 0.5 * mean_oracle(L, D, dense_S, g, MatD(), w);
+  ref += 0.5 * mean_oracle(L, D, [&](Index) { return MatD(MatD::Identity(L, L)); }, g.cwiseProduct(MatD::Ones(L, 1) * skip),
+                           MatD(), w);
+  ref += 2.0 * MatD::Identity(L, L);
+  check_close(materialize_mean(Hx), ref, 1e-12);
+
+  // A bound RMS group norm is a diagonal on the left.
+  const MatD x = normal<double>(L, D);
+  const auto normed = bind(group_norm(1, uniform<double>(1, D, 0.5, 1.5)) * diagonal(g) * S * causal_conv(w), x);
+  REQUIRE(takes_gemm_path(normed, L));
+  MatD mean = MatD::Zero(L, L);
+  for (Index c = 0; c < D; ++c) mean += MatD(materialize(normed, c)) / double(D);  // the tile path
+  check_close(materialize_mean(normed), mean, 1e-12);
+}
+
+TEST_CASE("mean: zero decays and long strong decay stay exact and finite", "[mean]") {
+  const Index L = 300, D = 4, N = 8;
+  MatD lam = uniform<double>(L, D * N, -3.0, -0.5);
+  for (Index t = 10; t < L; t += 37) lam.row(t).setConstant(-std::numeric_limits<double>::infinity());
+  const MatD B = normal<double>(L, N), C = normal<double>(L, N), w = normal<double>(4, D, 0.5);
+  using namespace iattn;
+  const auto Hd = semiseparable(lam, B, C, {.heads = D}) * causal_conv(w);
+  const MatD ref = mean_oracle(L, D, [&](Index c) { return dense_semiseparable(lam, B, C, D, 1, 1, c); }, MatD(), MatD(), w);
+  check_close(materialize_mean(Hd), ref, 1e-12);
+  const Mat<float> lf = lam.cast<float>(), Bf = B.cast<float>(), Cf = C.cast<float>(), wf = w.cast<float>();
+  const Mat<float> mf = materialize_mean(semiseparable(lf, Bf, Cf, {.heads = D}) * causal_conv(wf));
+  REQUIRE(mf.allFinite());
+  check_close(mf, ref, 1e-5);
+  // Rows right after a zero decay see nothing of the tokens before it.
+  for (Index t = 10; t < L; t += 37)
+    for (Index s = 0; s + 4 <= t; ++s) REQUIRE(mf(t, s) == 0.0f);
+}
+
+TEST_CASE("mean: expressions outside the form take the tile path", "[mean]") {
+  const Index L = 20, D = 3, N = 2;
+  const MatD lam = uniform<double>(L, D * N, -0.6, -0.01), B = normal<double>(L, N), C = normal<double>(L, N);
+  using namespace iattn;
+  const auto S = semiseparable(lam, B, C, {.heads = D});
+  REQUIRE_FALSE(takes_gemm_path(flip(S), L));
+  REQUIRE_FALSE(takes_gemm_path(S * S, L));                                    // two cores
+  REQUIRE_FALSE(takes_gemm_path(causal_conv(normal<double>(2, D)) * S, L));    // conv not rightmost
+  REQUIRE_FALSE(takes_gemm_path(S * causal_conv(normal<double>(17, D)), L));   // conv wider than 16
+  REQUIRE(takes_gemm_path(causal_conv(normal<double>(40, D)), L));            // a band on its own
+  MatD mean = MatD::Zero(L, L);
+  for (Index c = 0; c < D; ++c) mean += MatD(materialize(S * S, c)) / double(D);
+  check_close(materialize_mean(S * S), mean, 1e-12);
+}
