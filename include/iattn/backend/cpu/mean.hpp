@@ -13,7 +13,8 @@
 // with U[t'] = P[t'+delta] C[t'+delta] (delta = 1 for the strict form, 0 otherwise), written to
 // out[t' + delta, sigma - K + 1]. G is evaluated in blocks of mean_block tokens:
 //   below the diagonal block: Ut_I diag(E(j1 .. i0)) Vt_J^T for every J < I, one GEMM per row block;
-//   inside the diagonal block: running products of the per-token decays;
+//   inside the diagonal block: halved recursively, the lower-left quadrant a GEMM referred to the
+//                              split point, down to 8 tokens, which take running products;
 // the inner dimension (c, m) a chunk of at most 1024 at a time. The remaining K-1 (strict: K)
 // diagonals nearest the main one are summed directly. Exp arguments are sums of log-decays, never
 // differences; lambda = -inf gives exact zeros. Everything else (Flip, RowNormalize, Wkv, softmax,
@@ -56,7 +57,7 @@ using mean_terms = std::vector<mean_term<T>>;
 
 inline constexpr std::size_t max_mean_terms = 64;  ///< beyond this the expansion is not worth it
 inline constexpr Index max_mean_conv = 16;         ///< widest convolution folded into a core's injection
-inline constexpr Index mean_block = 32;            ///< tokens per block of G
+inline constexpr Index mean_block = 64;            ///< tokens per block of G
 
 template <class N>
 struct is_sum_node : std::false_type {};
@@ -168,36 +169,41 @@ class mean_core_term {
 
   void accumulate(Matrix<T>& out) {
     const Index M = Dc_ * N_;
-    lam_.resize(L_, M);
-    uf_.resize(L_, M);
-    bf_.resize(L_, M);
-    vz_.resize(L_, M);
-    ut_.resize(L_, M);
-    vt_.resize(L_, M);
+    for (Matrix<T>* a : {&lam_, &fac_, &uf_, &bf_, &vz_, &ut_, &vt_}) a->resize(L_, M);
     const Index nb = (L_ + mean_block - 1) / mean_block;
     blk_.resize(nb, M);
-    wbuf_.assign(std::size_t(max_threads()), std::vector<T>());
+    bufs_.assign(std::size_t(max_threads()), buffers{});
     for (Index c0 = 0; c0 < D_; c0 += Dc_) {
       dc_ = std::min(Dc_, D_ - c0);
       m_ = dc_ * N_;
-      fill(c0);
-      band(c0, out);
-      inject(c0);
-      parallel_for(nb, [&](Index b) { edges(b); });
+      taps_.assign(std::size_t(K_ * m_), T(0));
+      bonus_.assign(std::size_t(m_), T(0));
+      for (Index j = 0; j < dc_; ++j)
+        for (Index m = 0; m < N_; ++m) {
+          for (Index lag = 0; lag < K_; ++lag) taps_[std::size_t(lag * m_ + j * N_ + m)] = tap(lag, c0 + j);
+          if (term_.S && term_.S->has_bonus()) bonus_[std::size_t(j * N_ + m)] = term_.S->bonus()(term_.S->head_of(c0 + j), m);
+        }
+      parallel_for(nb, [&](Index b) { fill(c0, b * mean_block, std::min(L_, (b + 1) * mean_block)); });
+      parallel_for(nb, [&](Index b) {
+        for (Index t = b * mean_block; t < std::min(L_, (b + 1) * mean_block); ++t) {
+          band(t, out);
+          inject(t);
+        }
+        edges(b);
+      });
       parallel_for(nb, [&](Index k) { row_block(nb - 1 - k, out); });  // longest rows first
     }
   }
 
  private:
-  using P1 = simd::pack<T, 1>;
   template <int W>
   using Pk = simd::pack<T, W>;
 
-  // Inner index i = j * N + m for channel c0 + j and state m.
-  void fill(Index c0) {
+  // Rows [t0, t1) of lam, fac, uf, bf; inner index i = j * N + m for channel c0 + j and state m.
+  void fill(Index c0, Index t0, Index t1) {
     const auto* S = term_.S;
     const auto* R = term_.R;
-    parallel_for(L_, [&](Index t) {
+    for (Index t = t0; t < t1; ++t) {
       T* lam = lam_.row(t).data();
       T* uf = uf_.row(t).data();
       T* bf = bf_.row(t).data();
@@ -208,8 +214,16 @@ class mean_core_term {
           const Index h = S->head_of(c), g = S->group_of_head(h) * N_;
           const T* B = S->B().row(t) + g;
           const T* C = S->C().row(t) + g;
+          if (S->factored()) {
+            const T d = S->lambda()(t, h);
+            const T* rate = S->decay_rate().row(h);
+            for (Index m = 0; m < N_; ++m) lam[o + m] = d * rate[m];
+          } else if (S->per_state()) {
+            std::copy(S->lambda().row(t) + h * N_, S->lambda().row(t) + (h + 1) * N_, lam + o);
+          } else {
+            std::fill(lam + o, lam + o + N_, S->lambda()(t, h));
+          }
           for (Index m = 0; m < N_; ++m) {
-            lam[o + m] = S->log_decay(t, h, m);
             uf[o + m] = post * C[m];
             bf[o + m] = pre * B[m];
           }
@@ -219,13 +233,11 @@ class mean_core_term {
           bf[o] = pre * R->b()(t, c);
         }
       }
-    });
+      factor_row(lam, fac_.row(t).data());
+    }
   }
 
   T tap(Index lag, Index c) const { return term_.conv ? term_.conv->tap(lag, c) : T(1); }
-  T bonus(Index c, Index m) const {
-    return term_.S && term_.S->has_bonus() ? term_.S->bonus()(term_.S->head_of(c), m) : T(0);
-  }
 
   // dst[i] = Policy::factor(src[i]) over the chunk's m_ entries.
   void factor_row(const T* src, T* dst) const {
@@ -235,68 +247,61 @@ class mean_core_term {
     });
   }
 
-  // The Kb = K - 1 + delta diagonals nearest the main one, summed directly:
+  // Row t of the Kb = K - 1 + delta diagonals nearest the main one, summed directly:
   //   out[t, s'] += scale sum_c sum_{lag: s'+lag <= t} tap(lag, c) (P S^c Q)[t, s'+lag].
-  void band(Index c0, Matrix<T>& out) {
+  void band(Index t, Matrix<T>& out) {
     const Index Kb = K_ - 1 + delta_;
     if (Kb == 0) return;
-    parallel_for(L_, [&](Index t) {
-      std::vector<T> acc(static_cast<std::size_t>(m_), T(1)), f(static_cast<std::size_t>(m_)), sv(std::size_t(Kb * dc_), T(0));
-      const T* uf = uf_.row(t).data();
-      for (Index ls = 0; ls < Kb && ls <= t; ++ls) {  // s = t - ls
-        const Index s = t - ls;
-        if ((!strict_ && ls >= 1) || (strict_ && ls >= 2)) {  // acc = E(s+1 .. t) (strict: .. t-1)
-          factor_row(lam_.row(s + 1).data(), f.data());
-          for (Index i = 0; i < m_; ++i) acc[std::size_t(i)] *= f[std::size_t(i)];
-        }
-        const T* bf = bf_.row(s).data();
-        for (Index j = 0; j < dc_; ++j) {
-          T v = 0;
-          for (Index m = 0; m < N_; ++m) {
-            const Index i = j * N_ + m;
-            const T e = (strict_ && ls == 0) ? bonus(c0 + j, m) : acc[std::size_t(i)];
-            v += uf[i] * e * bf[i];
-          }
-          sv[std::size_t(ls * dc_ + j)] = v;
-        }
+    buffers& b = local();
+    T* acc = sized(b.acc, m_);
+    T* sv = sized(b.sv, Kb * m_);  // sv[ls][i] = U[t, i] E(s+1 .. t)[i] B[s, i], s = t - ls
+    std::fill(acc, acc + m_, T(1));
+    const T* uf = uf_.row(t).data();
+    for (Index ls = 0; ls < Kb && ls <= t; ++ls) {
+      const Index s = t - ls;
+      if ((!strict_ && ls >= 1) || (strict_ && ls >= 2)) {  // acc = E(s+1 .. t) (strict: .. t-1)
+        const T* f = fac_.row(s + 1).data();
+        for (Index i = 0; i < m_; ++i) acc[i] *= f[i];
       }
-      for (Index sp = std::max<Index>(0, t - Kb + 1); sp <= t; ++sp) {
-        T v = 0;
-        for (Index lag = 0; lag < K_ && sp + lag <= t; ++lag) {
-          const Index ls = t - sp - lag;
-          if (ls >= Kb) continue;
-          for (Index j = 0; j < dc_; ++j) v += tap(lag, c0 + j) * sv[std::size_t(ls * dc_ + j)];
-        }
-        out(t, sp) += scale_ * v;
+      const T* bf = bf_.row(s).data();
+      const T* e = (strict_ && ls == 0) ? bonus_.data() : acc;
+      T* row = sv + ls * m_;
+      for (Index i = 0; i < m_; ++i) row[i] = uf[i] * e[i] * bf[i];
+    }
+    for (Index sp = std::max<Index>(0, t - Kb + 1); sp <= t; ++sp) {
+      T v = 0;
+      for (Index lag = 0; lag < K_ && sp + lag <= t; ++lag) {
+        const Index ls = t - sp - lag;
+        if (ls >= Kb) continue;
+        const T* tk = taps_.data() + lag * m_;
+        const T* row = sv + ls * m_;
+        v += simd::sum_packs<T>(m_, [&](auto w, Index i) {
+          using P = Pk<decltype(w)::value>;
+          return P::load(tk + i) * P::load(row + i);
+        });
       }
-    });
+      out(t, sp) += scale_ * v;
+    }
   }
 
   // vz[sigma] = z_sigma for sigma >= K-1 (zero below), by Horner from the oldest lag:
   //   z = (..(tap(0) Q B[s']) f[s'+1] + tap(1) Q B[s'+1]) f[s'+2] + .. + tap(K-1) Q B[sigma].
-  void inject(Index c0) {
-    std::vector<T> taps(std::size_t(K_ * m_));
-    for (Index lag = 0; lag < K_; ++lag)
-      for (Index j = 0; j < dc_; ++j)
-        for (Index m = 0; m < N_; ++m) taps[std::size_t(lag * m_ + j * N_ + m)] = tap(lag, c0 + j);
-    parallel_for(L_, [&](Index sigma) {
-      T* z = vz_.row(sigma).data();
-      if (sigma < K_ - 1) {
-        std::fill(z, z + m_, T(0));
-        return;
-      }
-      std::vector<T> f(static_cast<std::size_t>(m_));
-      const Index s0 = sigma - (K_ - 1);  // s' of this injection; the oldest tap decays the most
-      const T* bf = bf_.row(s0).data();
-      for (Index i = 0; i < m_; ++i) z[i] = taps[std::size_t(i)] * bf[i];
-      for (Index lag = 1; lag < K_; ++lag) {
-        const Index s = s0 + lag;
-        factor_row(lam_.row(s).data(), f.data());
-        const T* tk = taps.data() + lag * m_;
-        bf = bf_.row(s).data();
-        for (Index i = 0; i < m_; ++i) z[i] = z[i] * f[std::size_t(i)] + tk[i] * bf[i];
-      }
-    });
+  void inject(Index sigma) {
+    T* z = vz_.row(sigma).data();
+    if (sigma < K_ - 1) {
+      std::fill(z, z + m_, T(0));
+      return;
+    }
+    const Index s0 = sigma - (K_ - 1);  // s' of this injection; the oldest tap decays the most
+    const T* bf = bf_.row(s0).data();
+    for (Index i = 0; i < m_; ++i) z[i] = taps_[std::size_t(i)] * bf[i];
+    for (Index lag = 1; lag < K_; ++lag) {
+      const Index s = s0 + lag;
+      const T* f = fac_.row(s).data();
+      const T* tk = taps_.data() + lag * m_;
+      bf = bf_.row(s).data();
+      for (Index i = 0; i < m_; ++i) z[i] = z[i] * f[i] + tk[i] * bf[i];
+    }
   }
 
   // Block b: ut forward from its first token, vt backward from its last, blk = its whole decay.
@@ -332,57 +337,112 @@ class mean_core_term {
     });
   }
 
-  // Row block I of G: the GEMM against every column block J < I, then the diagonal block.
+  // Per-thread buffers, kept across row blocks (fresh allocations would page-fault every time).
+  struct buffers {
+    std::vector<T> w, up, vp, acc, f, sv;
+  };
+  buffers& local() { return bufs_[std::min(std::size_t(thread_index()), bufs_.size() - 1)]; }
+  static T* sized(std::vector<T>& v, Index n) {
+    if (v.size() < std::size_t(n)) v.resize(std::size_t(n));
+    return v.data();
+  }
+
+  // out[t'+delta, sigma-K+1] += scale (U V^T)[t', sigma] for t' in [r0, r0+nr), sigma in [q0, q0+nq):
+  // U, V row-major with row stride ld; rows past the output and columns before K-1 are cut off.
+  void gemm_into(Matrix<T>& out, const T* U, Index r0, Index nr, const T* V, Index q0, Index nq, Index ld) const {
+    nr = std::min(nr, L_ - delta_ - r0);
+    const Index cut = std::max<Index>(0, (K_ - 1) - q0);
+    if (nr <= 0 || nq - cut <= 0) return;
+    Eigen::Map<Matrix<T>, 0, Eigen::OuterStride<>> dst(out.data() + (r0 + delta_) * L_ + (q0 + cut - (K_ - 1)), nr,
+                                                       nq - cut, Eigen::OuterStride<>(L_));
+    Eigen::Map<const Matrix<T>, 0, Eigen::OuterStride<>> u(U, nr, m_, Eigen::OuterStride<>(ld));
+    Eigen::Map<const Matrix<T>, 0, Eigen::OuterStride<>> v(V + cut * ld, nq - cut, m_, Eigen::OuterStride<>(ld));
+    dst.noalias() += (scale_ * u) * v.transpose();
+  }
+
+  // Row block I of G: one GEMM against every column block J < I, then the diagonal block.
   void row_block(Index I, Matrix<T>& out) {
     const Index i0 = I * mean_block, i1 = std::min(L_, i0 + mean_block), M = Dc_ * N_;
-    std::vector<T> acc(static_cast<std::size_t>(m_)), f(static_cast<std::size_t>(m_));
-    if (i0 > K_ - 1) {
-      // parallel_for runs serially inside an enclosing parallel region, where the team index may
-      // exceed this call's thread count: clamp it.
-      std::vector<T>& wb = wbuf_[std::min(std::size_t(thread_index()), wbuf_.size() - 1)];
-      if (wb.size() < std::size_t(L_ * M)) wb.resize(std::size_t(L_ * M));
-      std::copy(lam_.row(i0).data(), lam_.row(i0).data() + m_, acc.begin());  // E(j1 .. i0) for J = I-1
+    buffers& b = local();
+    T* acc = sized(b.acc, m_);
+    T* f = sized(b.f, m_);
+    if (I > 0) {
+      T* w = sized(b.w, i0 * M);
+      std::copy(lam_.row(i0).data(), lam_.row(i0).data() + m_, acc);  // E(j1 .. i0) for J = I-1
       for (Index J = I - 1; J >= 0; --J) {
         const Index j0 = J * mean_block;
-        factor_row(acc.data(), f.data());
+        factor_row(acc, f);
         for (Index s = j0; s < j0 + mean_block; ++s) {
           const T* vt = vt_.row(s).data();
-          T* w = wb.data() + s * M;
-          for (Index i = 0; i < m_; ++i) w[i] = vt[i] * f[std::size_t(i)];
+          T* ws = w + s * M;
+          for (Index i = 0; i < m_; ++i) ws[i] = vt[i] * f[i];
         }
-        combine(acc.data(), blk_.row(J).data());
+        combine(acc, blk_.row(J).data());
       }
-      const Index r0 = i0 + delta_, nr = std::min(i1 + delta_, L_) - r0, nc = i0 - (K_ - 1);
-      if (nr > 0) {
-        Eigen::Map<Matrix<T>, 0, Eigen::OuterStride<>> dst(out.data() + r0 * L_, nr, nc, Eigen::OuterStride<>(L_));
-        Eigen::Map<const Matrix<T>, 0, Eigen::OuterStride<>> W(wb.data() + (K_ - 1) * M, nc, m_, Eigen::OuterStride<>(M));
-        dst.noalias() += (scale_ * ut_.block(i0, 0, nr, m_)) * W.transpose();
+      gemm_into(out, ut_.row(i0).data(), i0, i1 - i0, w, 0, i0, M);
+    }
+    diagonal_block(i0, i1, out, b);
+  }
+
+  // G[t', sigma] for a <= sigma <= t' < e: split in two, the lower-left quadrant a GEMM with both
+  // sides referred to the split point, each half recursively; 8 tokens or fewer directly.
+  void diagonal_block(Index a, Index e, Matrix<T>& out, buffers& b) {
+    const Index n = e - a, M = Dc_ * N_;
+    T* acc = sized(b.acc, m_);
+    T* f = sized(b.f, m_);
+    if (n <= 8) {
+      for (Index sigma = std::max(a, K_ - 1); sigma < e; ++sigma) {
+        std::copy(vz_.row(sigma).data(), vz_.row(sigma).data() + m_, acc);
+        for (Index tp = sigma; tp < e && tp + delta_ < L_; ++tp) {
+          if (tp > sigma) {
+            const T* ft = fac_.row(tp).data();
+            for (Index i = 0; i < m_; ++i) acc[i] *= ft[i];
+          }
+          const T* u = uf_.row(tp + delta_).data();
+          const T v = simd::sum_packs<T>(m_, [&](auto w, Index i) {
+            using P = Pk<decltype(w)::value>;
+            return P::load(u + i) * P::load(acc + i);
+          });
+          out(tp + delta_, sigma - (K_ - 1)) += scale_ * v;
+        }
+      }
+      return;
+    }
+    const Index h = ((n + 15) / 16) * 8, mid = a + h;
+    T* up = sized(b.up, (e - mid) * M);
+    T* vp = sized(b.vp, h * M);
+    // up[t'] = U[t'] E(mid+1 .. t'), forward from mid
+    std::fill(acc, acc + m_, Policy::template neutral<T>());
+    for (Index t = mid; t < e; ++t) {
+      if (t > mid) combine(acc, lam_.row(t).data());
+      factor_row(acc, f);
+      T* dst = up + (t - mid) * M;
+      if (t + delta_ < L_) {
+        const T* u = uf_.row(t + delta_).data();
+        for (Index i = 0; i < m_; ++i) dst[i] = u[i] * f[i];
       }
     }
-    // Diagonal block: G[t', sigma] for i0 <= sigma <= t' < i1, by running products.
-    for (Index sigma = std::max(i0, K_ - 1); sigma < i1; ++sigma) {
-      std::copy(vz_.row(sigma).data(), vz_.row(sigma).data() + m_, acc.begin());
-      for (Index tp = sigma; tp < i1 && tp + delta_ < L_; ++tp) {
-        if (tp > sigma) {
-          factor_row(lam_.row(tp).data(), f.data());
-          for (Index i = 0; i < m_; ++i) acc[std::size_t(i)] *= f[std::size_t(i)];
-        }
-        const T* u = uf_.row(tp + delta_).data();
-        const T v = simd::sum_packs<T>(m_, [&](auto w, Index i) {
-          using P = Pk<decltype(w)::value>;
-          return P::load(u + i) * P::load(acc.data() + i);
-        });
-        out(tp + delta_, sigma - (K_ - 1)) += scale_ * v;
-      }
+    // vp[sigma] = z_sigma E(sigma+1 .. mid), backward from mid - 1
+    std::copy(lam_.row(mid).data(), lam_.row(mid).data() + m_, acc);
+    for (Index s = mid - 1; s >= a; --s) {
+      factor_row(acc, f);
+      const T* z = vz_.row(s).data();
+      T* dst = vp + (s - a) * M;
+      for (Index i = 0; i < m_; ++i) dst[i] = z[i] * f[i];
+      combine(acc, lam_.row(s).data());
     }
+    gemm_into(out, up, mid, e - mid, vp, a, h, M);
+    diagonal_block(a, mid, out, b);
+    diagonal_block(mid, e, out, b);
   }
 
   const mean_term<T>& term_;
   Index L_, D_, N_, K_, Dc_, dc_ = 0, m_ = 0, delta_;
   bool strict_;
   T scale_;
-  Matrix<T> lam_, uf_, bf_, vz_, ut_, vt_, blk_;
-  std::vector<std::vector<T>> wbuf_;
+  Matrix<T> lam_, fac_, uf_, bf_, vz_, ut_, vt_, blk_;
+  std::vector<T> taps_, bonus_;  // (K, m) convolution taps and (m) bonus of the current chunk
+  std::vector<buffers> bufs_;
 };
 
 /// A term without a core: diag(post) * [conv], a band of width K.

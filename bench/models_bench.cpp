@@ -1,0 +1,219 @@
+// iattn model benchmarks: apply, materialize (one channel), materialize_mean and row of the exact
+// decompositions of Mamba-1 (D = 1536, N = 16), Mamba-2 (H = 24, P = 64, N = 128), Griffin
+// (D = 2560) and RWKV-4 (D = 1024) at L in {256, 1024, 4096, 16384}, float, with the machine's peak
+// measured in the same run:
+//   BM_peak_fma    independent FMA chains in registers on every thread: flops/s
+//   BM_peak_store  streaming vector stores into a 256 MiB buffer on every thread: bytes/s
+// Counters: items_per_second (state updates L*D*N for apply and row, L^2 entries for materialize
+// and materialize_mean), bytes_per_second (bytes written), flops (materialize_mean: the useful
+// multiply-adds of its channel-state products, 2 * L(L+1)/2 * D * N, as a rate). bench/report.py
+// turns the JSON output into the table of docs/performance.md with fractions of the peaks.
+//
+//   iattn_models_bench --benchmark_out=models.json --benchmark_out_format=json
+#include <benchmark/benchmark.h>
+
+#include <iattn/models/all.hpp>
+
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+
+#if defined(_OPENMP)
+#include <omp.h>
+#endif
+
+namespace {
+
+using iattn::Index;
+using Mat = iattn::Matrix<float>;
+using namespace iattn::models;
+
+// ---- peak probes --------------------------------------------------------------------------------
+constexpr int lanes = iattn::simd::width<float>;
+using batch = iattn::simd::pack<float, lanes>;
+
+void BM_peak_fma(benchmark::State& st) {
+  constexpr int chains = 12;  // FMA latency x issue width on current x86 cores
+  constexpr Index steps = 1 << 20;
+  int threads = 1;
+  for (auto _ : st) {
+    float sink = 0;
+#pragma omp parallel reduction(+ : sink)
+    {
+#if defined(_OPENMP)
+#pragma omp single
+      threads = omp_get_num_threads();
+#endif
+      batch acc[chains];
+      for (int k = 0; k < chains; ++k) acc[k] = batch::broadcast(float(k) * 1e-3f);
+      const batch a = batch::broadcast(0.999999f), b = batch::broadcast(1e-7f);
+      for (Index i = 0; i < steps; ++i)
+        for (int k = 0; k < chains; ++k) acc[k] = fma(acc[k], a, b);
+      for (int k = 1; k < chains; ++k) acc[0] = acc[0] + acc[k];
+      sink += reduce_add(acc[0]);
+    }
+    benchmark::DoNotOptimize(sink);
+  }
+  const double flops = 2.0 * double(chains) * double(steps) * double(lanes) * threads;
+  st.counters["flops"] = benchmark::Counter(flops * double(st.iterations()), benchmark::Counter::kIsRate);
+  st.counters["threads"] = threads;
+}
+
+void BM_peak_store(benchmark::State& st) {
+  const Index n = Index(64) << 20;  // 256 MiB of floats
+  std::unique_ptr<float[]> buf(new float[std::size_t(n)]);
+  iattn::cpu_detail::parallel_for(16, [&](Index p) { std::fill(buf.get() + p * (n / 16), buf.get() + (p + 1) * (n / 16), 0.f); });
+  for (auto _ : st) {
+    iattn::cpu_detail::parallel_for(16, [&](Index p) {
+      float* q = buf.get() + p * (n / 16);
+      for (Index i = 0; i < n / 16; ++i) q[i] = float(i);
+    });
+    benchmark::DoNotOptimize(buf.get());
+    benchmark::ClobberMemory();
+  }
+  st.SetBytesProcessed(st.iterations() * n * Index(sizeof(float)));
+}
+
+// ---- models ------------------------------------------------------------------------------------
+Mat sample_input(Index L, Index d_model) {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  Mat u(L, d_model);
+  for (Index i = 0; i < u.size(); ++i) u.data()[i] = nd(rng);
+  return u;
+}
+
+// One decomposition kept in memory at a time (at L = 16384 the inputs are hundreds of MiB).
+template <class Dec>
+const Dec& cached(const std::string& key, Index L, auto&& make) {
+  static std::map<std::pair<std::string, Index>, std::shared_ptr<void>> cache;
+  const auto k = std::make_pair(key, L);
+  if (!cache.count(k)) {
+    cache.clear();
+    cache.emplace(k, std::make_shared<Dec>(make(L)));
+  }
+  return *static_cast<const Dec*>(cache.at(k).get());
+}
+
+struct mamba1 {
+  static constexpr const char* name = "mamba1";
+  static constexpr Index N = 16;
+  static auto make(Index L) {
+    static const auto w = mamba_init<float>({.d_model = 768, .d_state = 16}, 1);
+    return mamba_decompose(w, sample_input(L, 768));
+  }
+};
+struct mamba2 {
+  static constexpr const char* name = "mamba2";
+  static constexpr Index N = 128;
+  static auto make(Index L) {
+    static const auto w = mamba2_init<float>({.d_model = 768, .d_state = 128, .headdim = 64}, 2);
+    return mamba2_decompose(w, sample_input(L, 768));
+  }
+};
+struct griffin {
+  static constexpr const char* name = "griffin";
+  static constexpr Index N = 1;
+  static auto make(Index L) {
+    static const auto w = griffin_init<float>({.width = 2560, .lru_width = 2560, .num_heads = 10}, 3);
+    return griffin_decompose(w, sample_input(L, 2560));
+  }
+};
+struct rwkv4 {
+  static constexpr const char* name = "rwkv4";
+  static constexpr Index N = 1;
+  static auto make(Index L) {
+    static const auto w = rwkv4_init<float>({.hidden_size = 1024, .attention_hidden_size = 1024}, 4);
+    return rwkv4_decompose(w, sample_input(L, 1024));
+  }
+};
+
+template <class Model>
+const auto& decomposition(Index L) {
+  using Dec = decltype(Model::make(Index(1)));
+  return cached<Dec>(Model::name, L, [](Index n) { return Model::make(n); });
+}
+
+template <class Model>
+void BM_apply(benchmark::State& st) {
+  const auto& d = decomposition<Model>(st.range(0));
+  const Index L = d.x.rows(), D = d.x.cols();
+  for (auto _ : st) {
+    Mat y = iattn::apply(d.H, d.x);
+    benchmark::DoNotOptimize(y.data());
+  }
+  st.SetItemsProcessed(st.iterations() * L * D * Model::N);
+  st.SetBytesProcessed(st.iterations() * L * D * Index(sizeof(float)));
+}
+
+template <class Model>
+void BM_materialize(benchmark::State& st) {
+  const auto& d = decomposition<Model>(st.range(0));
+  const Index L = d.x.rows();
+  for (auto _ : st) {
+    Mat m = iattn::materialize(d.H, 7);
+    benchmark::DoNotOptimize(m.data());
+  }
+  st.SetItemsProcessed(st.iterations() * L * L);
+  st.SetBytesProcessed(st.iterations() * L * L * Index(sizeof(float)));
+}
+
+template <class Model>
+void BM_materialize_mean(benchmark::State& st) {
+  const auto& d = decomposition<Model>(st.range(0));
+  const Index L = d.x.rows(), D = d.x.cols();
+  for (auto _ : st) {
+    Mat m = iattn::materialize_mean(d.H);
+    benchmark::DoNotOptimize(m.data());
+  }
+  st.SetItemsProcessed(st.iterations() * L * L);
+  st.SetBytesProcessed(st.iterations() * L * L * Index(sizeof(float)));
+  const double flops = 2.0 * double(L) * double(L + 1) / 2.0 * double(D) * double(Model::N);
+  st.counters["flops"] = benchmark::Counter(flops * double(st.iterations()), benchmark::Counter::kIsRate);
+}
+
+template <class Model>
+void BM_row(benchmark::State& st) {
+  const auto& d = decomposition<Model>(st.range(0));
+  const Index L = d.x.rows(), D = d.x.cols();
+  for (auto _ : st) {
+    Mat r = iattn::row(d.H, L - 1);
+    benchmark::DoNotOptimize(r.data());
+  }
+  st.SetItemsProcessed(st.iterations() * L * D * Model::N);
+  st.SetBytesProcessed(st.iterations() * L * D * Index(sizeof(float)));
+}
+
+void lengths(benchmark::internal::Benchmark* b) {
+  for (Index L : {256, 1024, 4096, 16384}) b->Arg(L);
+  b->Unit(benchmark::kMillisecond)->UseRealTime();
+}
+// materialize_mean is O(L^2 D N): the 16384 point takes minutes per model; RWKV-4's Wkv takes the
+// tile path (its mean is not a sum of low-rank terms), so it stops at 4096.
+void mean_lengths(benchmark::internal::Benchmark* b) {
+  for (Index L : {256, 1024, 4096, 16384}) b->Arg(L);
+  b->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(1);
+}
+void short_lengths(benchmark::internal::Benchmark* b) {
+  for (Index L : {256, 1024, 4096}) b->Arg(L);
+  b->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(1);
+}
+
+}  // namespace
+
+BENCHMARK(BM_peak_fma)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_peak_store)->UseRealTime()->Unit(benchmark::kMillisecond);
+#define IATTN_MODEL_BENCH(M)                                          \
+  BENCHMARK_TEMPLATE(BM_apply, M)->Apply(lengths);                    \
+  BENCHMARK_TEMPLATE(BM_row, M)->Apply(lengths);                      \
+  BENCHMARK_TEMPLATE(BM_materialize, M)->Apply(lengths);
+IATTN_MODEL_BENCH(mamba1)
+IATTN_MODEL_BENCH(mamba2)
+IATTN_MODEL_BENCH(griffin)
+IATTN_MODEL_BENCH(rwkv4)
+BENCHMARK_TEMPLATE(BM_materialize_mean, mamba1)->Apply(mean_lengths);
+BENCHMARK_TEMPLATE(BM_materialize_mean, mamba2)->Apply(mean_lengths);
+BENCHMARK_TEMPLATE(BM_materialize_mean, griffin)->Apply(mean_lengths);
+BENCHMARK_TEMPLATE(BM_materialize_mean, rwkv4)->Apply(short_lengths);
+BENCHMARK_MAIN();
