@@ -1,6 +1,8 @@
 // Every structured rewrite of Product (backend/cpu/product.hpp) against the dense product of the
 // factors' oracles: diag*diag, diag*S, S*diag, S*conv (semiseparable plus a band), conv*S, the
 // fused Mamba-1 chain, and the dense fallback (S*S, LR*flip).
+#include <cstring>
+
 #include "support/expressions.hpp"
 
 using namespace test;
@@ -79,6 +81,38 @@ TEMPLATE_TEST_CASE("diagonal chains fold into the scans' apply", "[rewrites][fol
       check_close(apply(diagonal(g) * R * diagonal(u), x), dense_apply(dense_of(diagonal(g) * R * diagonal(u)), dd(x)), tol);
       const auto e = diagonal(k1) * causal_conv(w4) * diagonal(u);
       check_close(apply(e, x), dense_apply(dense_of(e), dd(x)), tol);
+    }
+    {
+      INFO("scalings fold through sums: a skip diagonal, and a second core");
+      const auto e = diagonal(g) * (F * diagonal(dt) + diagonal(k1)) * diagonal(u) * causal_conv(w4);
+      check_close(apply(e, x), dense_apply(dense_of(e), dd(x)), tol);
+      const auto e2 = diagonal(k2) * (S + R * diagonal(u) + diagonal(g)) * diagonal(dt);
+      check_close(apply(e2, x), dense_apply(dense_of(e2), dd(x)), tol);
+    }
+  }
+}
+
+TEST_CASE("exp2_n: the interleaved decay kernel equals exp2 lane by lane", "[rewrites][simd]") {
+  using P = iattn::simd::pack<float, iattn::simd::width<float>>;
+  constexpr int W = iattn::simd::width<float>;
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<float> z = {0.f, -1.f, -0.5f, 0.5f, -126.9f, -127.f, -127.5f, -300.f, -inf, 127.9f, 128.f, 500.f, 1e-30f, -3.3f};
+  for (int i = 0; i < 300; ++i) z.push_back(-40.f + 0.1337f * float(i));
+  while (z.size() % (4 * W)) z.push_back(-1.f / float(z.size()));
+  for (std::size_t i = 0; i < z.size(); i += 4 * W) {
+    P a[4];
+    for (int k = 0; k < 4; ++k) a[k] = P::load(z.data() + i + std::size_t(k * W));
+    exp2_n(a);
+    for (int k = 0; k < 4; ++k) {
+      float got[W], want[W];
+      a[k].store(got);
+      exp2(P::load(z.data() + i + std::size_t(k * W))).store(want);
+      for (int l = 0; l < W; ++l) {
+        const float zi = z[i + std::size_t(k * W + l)];
+        INFO("z = " << zi);
+        REQUIRE(std::memcmp(&got[l], &want[l], sizeof(float)) == 0);
+        if (std::isfinite(zi) && zi > -126.f && zi < 127.f) REQUIRE(std::abs(double(got[l]) / std::exp2(double(zi)) - 1.0) < 2e-7);
+      }
     }
   }
 }

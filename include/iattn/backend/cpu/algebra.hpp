@@ -1,10 +1,13 @@
 // iattn/backend/cpu/algebra.hpp: CPU evaluators of Sum, Scaled, Flip and RowNormalize.
-//   Sum:          y = A x + B x; a diagonal B adds to A's tile in place.
+//   Sum:          y = A x + B x; diagonal scalings around the sum fold into both terms (a plain
+//                 diagonal B, like Mamba's skip D, then costs one row pass); a diagonal B adds to
+//                 A's tile in place.
 //   Scaled:       s * A.
 //   Flip:         J A J: apply reverses the slab's tokens around A; a tile is A's mirrored tile.
 //   RowNormalize: diag(1/r) A with r = A 1, taken by applying A to ones (per slab, or per channel).
 #pragma once
 
+#include "../../ops/diagonal.hpp"
 #include "../../ops/flip.hpp"
 #include "../../ops/row_normalize.hpp"
 #include "../../ops/scaled.hpp"
@@ -20,10 +23,28 @@ template <class A, class B>
 struct slab_eval<Sum<A, B>> {
   template <class T>
   static void apply(const Sum<A, B>& n, const context& cx, Index c0, Index nc, const T* x, T* y) {
-    scratch<T> tmp(cx.L * nc);
-    slab_eval<A>::apply(n.left(), cx, c0, nc, x, y);
-    slab_eval<B>::apply(n.right(), cx, c0, nc, x, tmp.data());
-    for (Index i = 0; i < cx.L * nc; ++i) y[i] += tmp[i];
+    apply_scaled(n, cx, c0, nc, x, y, diag_scales<T>{});
+  }
+  /// y = post (A + B)(pre x) = post A (pre x) + post B (pre x), the scalings folded into each term.
+  template <class T>
+  static void apply_scaled(const Sum<A, B>& n, const context& cx, Index c0, Index nc, const T* x, T* y,
+                           const diag_scales<T>& sc) {
+    cpu_detail::apply_scaled(n.left(), cx, c0, nc, x, y, sc);
+    if constexpr (std::is_same_v<B, Diagonal<T>>) {
+      diag_scales<T> s = sc;
+      s.pre.push_back({n.right().d().data(), n.right().d().cols(), n.right().constant()});
+      std::vector<T> row(static_cast<std::size_t>(nc));
+      for (Index t = 0; t < cx.L; ++t) {
+        scale_row(s.pre, t, c0, nc, x + t * nc, row.data());
+        scale_row(s.post, t, c0, nc, row.data(), row.data());
+        T* yt = y + t * nc;
+        for (Index j = 0; j < nc; ++j) yt[j] += row[std::size_t(j)];
+      }
+    } else {
+      scratch<T> tmp(cx.L * nc);
+      cpu_detail::apply_scaled(n.right(), cx, c0, nc, x, tmp.data(), sc);
+      for (Index i = 0; i < cx.L * nc; ++i) y[i] += tmp[i];
+    }
   }
   template <class T>
   static void apply_t(const Sum<A, B>& n, const context& cx, Index c0, Index nc, const T* x, T* y) {

@@ -163,24 +163,33 @@ struct slab_eval<Semiseparable<T>> {
       xv[q] = Pk::load(x + j + q * W);
       acc[q] = Pk::broadcast(T(0));
     }
-    for (Index m = 0; m < N; ++m) {
+    // States in pairs: the 2U decays of a pair are formed together (exp2_n interleaves their chains).
+    auto update = [&](Index m, int q, Pk e) {
       const Pk bi = Pk::broadcast(in[m]), bo = Pk::broadcast(out[m]);
-      const Index row = m * nc + j;
-      for (int q = 0; q < U; ++q) {
-        T* h = state + row + q * W;
-        const Pk e = exp2(d[q] * Pk::load(rate + row + q * W));
-        const Pk ix = bi * xv[q];
-        const Pk hv = Pk::load(h);
-        if constexpr (Strict) {
-          acc[q] = fma(bo, bonus ? fma(Pk::load(bonus + row + q * W), ix, hv) : hv, acc[q]);
-          fma(e, hv, ix).store(h);
-        } else {
-          const Pk hn = fma(e, hv, ix);
-          hn.store(h);
-          acc[q] = fma(bo, hn, acc[q]);
-        }
+      T* h = state + m * nc + j + q * W;
+      const Pk ix = bi * xv[q];
+      const Pk hv = Pk::load(h);
+      if constexpr (Strict) {
+        acc[q] = fma(bo, bonus ? fma(Pk::load(bonus + m * nc + j + q * W), ix, hv) : hv, acc[q]);
+        fma(e, hv, ix).store(h);
+      } else {
+        const Pk hn = fma(e, hv, ix);
+        hn.store(h);
+        acc[q] = fma(bo, hn, acc[q]);
       }
+    };
+    constexpr int SG = 2;  // 2 measured best on the AVX2 VM (4 spills registers)
+    Index m = 0;
+    for (; m + SG <= N; m += SG) {
+      Pk e[SG * U];
+      for (int s = 0; s < SG; ++s)
+        for (int q = 0; q < U; ++q) e[s * U + q] = d[q] * Pk::load(rate + (m + s) * nc + j + q * W);
+      exp2_n(e);
+      for (int s = 0; s < SG; ++s)
+        for (int q = 0; q < U; ++q) update(m + s, q, e[s * U + q]);
     }
+    for (; m < N; ++m)
+      for (int q = 0; q < U; ++q) update(m, q, exp2(d[q] * Pk::load(rate + m * nc + j + q * W)));
     for (int q = 0; q < U; ++q) acc[q].store(y + j + q * W);
   }
 

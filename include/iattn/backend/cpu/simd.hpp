@@ -41,6 +41,10 @@ struct pack<T, 1> {
   friend pack fma(pack a, pack b, pack c) { return {a.v * b.v + c.v}; }
   friend pack exp(pack a) { return {std::exp(a.v)}; }
   friend pack exp2(pack a) { return {std::exp2(a.v)}; }
+  template <int G>
+  friend void exp2_n(pack (&z)[G]) {
+    for (int k = 0; k < G; ++k) z[k].v = std::exp2(z[k].v);
+  }
   friend pack max(pack a, pack b) { return {a.v < b.v ? b.v : a.v}; }
   friend T reduce_add(pack a) { return a.v; }
 };
@@ -73,6 +77,26 @@ struct pack<T, W> {
   friend pack exp2(pack a) {
     if constexpr (std::is_same_v<T, float>) return {exp2_f32(a.v)};
     else return {xsimd::exp2(clamp_low(a.v, T(-1500)))};
+  }
+  /// z[k] = 2^z[k] for G packs, each step of the float kernel applied to all G before the next, so
+  /// the G dependency chains interleave in program order and the core overlaps them without
+  /// needing a deep out-of-order window. Same results as exp2 to the last bit.
+  template <int G>
+  friend void exp2_n(pack (&z)[G]) {
+    if constexpr (std::is_same_v<T, float>) {
+      batch n[G], f[G], q[G];
+      for (int k = 0; k < G; ++k) z[k].v = clamp_exponent(z[k].v);
+      for (int k = 0; k < G; ++k) n[k] = xsimd::nearbyint(z[k].v);
+      for (int k = 0; k < G; ++k) f[k] = z[k].v - n[k];
+      for (int k = 0; k < G; ++k) q[k] = xsimd::fma(batch(1.5353362e-4f), f[k], batch(1.3398875e-3f));
+      for (int k = 0; k < G; ++k) q[k] = xsimd::fma(q[k], f[k], batch(9.6184369e-3f));
+      for (int k = 0; k < G; ++k) q[k] = xsimd::fma(q[k], f[k], batch(5.5503324e-2f));
+      for (int k = 0; k < G; ++k) q[k] = xsimd::fma(q[k], f[k], batch(2.4022648e-1f));
+      for (int k = 0; k < G; ++k) q[k] = xsimd::fma(q[k], f[k], batch(6.9314718e-1f));
+      for (int k = 0; k < G; ++k) z[k].v = scale_exp2(n[k], xsimd::fma(q[k], f[k], batch(1.f)));
+    } else {
+      for (int k = 0; k < G; ++k) z[k] = exp2(z[k]);
+    }
   }
   static batch clamp_low(batch a, T lo) { return xsimd::select(a < batch(lo), batch(lo), a); }
   friend pack max(pack a, pack b) { return {xsimd::max(a.v, b.v)}; }
@@ -115,7 +139,10 @@ struct pack<T, W> {
     q = xsimd::fma(q, f, batch(5.5503324e-2f));
     q = xsimd::fma(q, f, batch(2.4022648e-1f));
     q = xsimd::fma(q, f, batch(6.9314718e-1f));
-    const batch p = xsimd::fma(q, f, batch(1.f));
+    return scale_exp2(n, xsimd::fma(q, f, batch(1.f)));
+  }
+  // p 2^n for integral n in [-127, 128], the scale assembled in the exponent bits.
+  static batch scale_exp2(batch n, batch p) {
     const auto bits = (xsimd::to_int(n) + 127) << 23;
 #if defined(XSIMD_VERSION_MAJOR) && XSIMD_VERSION_MAJOR < 9
     return p * xsimd::bitwise_cast<batch>(bits);

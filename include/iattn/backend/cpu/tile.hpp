@@ -94,6 +94,12 @@ void finish_row(const diag_scales<T>* sc, Index t, Index c0, Index nc, T* yt) {
   if (sc && !sc->post.empty()) scale_row(sc->post, t, c0, nc, yt, yt);
 }
 
+template <class Node>
+struct slab_eval;
+/// y = post * (Node (pre * x)) on a channel slab (defined in product.hpp).
+template <class Node, class T>
+void apply_scaled(const Node& n, const context& cx, Index c0, Index nc, const T* x, T* y, const diag_scales<T>& sc);
+
 /// Uninitialised scratch for one (L, nc) slab: every evaluator writes its whole output before
 /// reading it, so no pass is spent zeroing.
 template <class T>
@@ -104,8 +110,6 @@ struct scratch {
   T& operator[](Index i) const { return p[std::size_t(i)]; }
 };
 
-template <class Node>
-struct slab_eval;
 template <class Node, class T>
 struct channel_eval;
 
