@@ -36,6 +36,14 @@ TEMPLATE_TEST_CASE("product rewrites equal the dense products", "[rewrites]", fl
       { INFO("LR conv (Griffin's recurrence after its conv)");
         check_close(materialize(diagonal(d) * R * causal_conv(w4), c), Dd * Rd * M4, tol);
       }
+      { INFO("bands that are sums and products of diagonals and convolutions (Griffin's masked conv)");
+        const auto band = diagonal(d) * causal_conv(w4) + diagonal(e) * causal_conv(wl) + 0.5 * diagonal(a);
+        const MatD Bd = Dd * M4 + De * Ml + 0.5 * dense_diagonal(dd(a), c, L);
+        check_close(materialize(band, c, L), Bd, tol);
+        check_close(materialize(diagonal(d) * R * band, c), Dd * Rd * Bd, tol);
+        check_close(materialize(S * (causal_conv(w4) * diagonal(e) + diagonal(d)), c), Sd * (M4 * De + Dd), tol);
+        check_close(materialize(band * S, c), Bd * Sd, tol);
+      }
       { INFO("fused diag S diag diag conv (Mamba-1 composite)");
         check_close(materialize(diagonal(d) * S * diagonal(e) * diagonal(a) * causal_conv(w4), c),
                     Dd * Sd * De * dense_diagonal(dd(a), c, L) * M4, tol);

@@ -34,6 +34,10 @@ inline constexpr bool has_group_norm_v = false;
 /// A CausalConv node (products with it take the banded-Toeplitz rewrites).
 template <class T>
 inline constexpr bool is_causal_conv_v = false;
+/// A lower band: nonzero only for 0 <= t - s < width (diagonals, convolutions, and their products,
+/// sums and scales; Griffin's masked convolution). Products with one take the banded rewrite.
+template <class T>
+inline constexpr bool is_band_v = is_diagonal_v<T> || is_causal_conv_v<T>;
 
 namespace detail {
 template <class A, class B>

@@ -30,6 +30,8 @@ template <class A>
 inline constexpr bool is_upper_v<Scaled<A>> = is_upper_v<A>;
 template <class A>
 inline constexpr bool has_group_norm_v<Scaled<A>> = has_group_norm_v<A>;
+template <class A>
+inline constexpr bool is_band_v<Scaled<A>> = is_band_v<A>;
 
 /// s * A and A * s.
 template <class S, Operator A>

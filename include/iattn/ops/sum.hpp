@@ -32,6 +32,8 @@ class Sum : public op_base {
 template <class A, class B>
 inline constexpr bool is_lower_v<Sum<A, B>> = is_lower_v<A> && is_lower_v<B>;
 template <class A, class B>
+inline constexpr bool is_band_v<Sum<A, B>> = is_band_v<A> && is_band_v<B>;
+template <class A, class B>
 inline constexpr bool is_upper_v<Sum<A, B>> = is_upper_v<A> && is_upper_v<B>;
 template <class A, class B>
 inline constexpr bool has_group_norm_v<Sum<A, B>> = has_group_norm_v<A> || has_group_norm_v<B>;

@@ -77,13 +77,28 @@ struct slab_eval<Product<A, B>> {
   }
 };
 
+/// Width of a band node (is_band_v): nonzero only for 0 <= t - s < band_width.
+template <class Node>
+Index band_width(const Node& n) {
+  if constexpr (is_causal_conv_v<Node>) return n.width();
+  else if constexpr (is_diagonal_v<Node>) return 1;
+  else if constexpr (requires { n.inner(); }) return band_width(n.inner());
+  else if constexpr (std::is_same_v<Node, Product<std::remove_cvref_t<decltype(n.left())>, std::remove_cvref_t<decltype(n.right())>>>)
+    return band_width(n.left()) + band_width(n.right()) - 1;
+  else return std::max(band_width(n.left()), band_width(n.right()));  // Sum
+}
+
 template <class A, class B, class T>
 struct channel_eval<Product<A, B>, T> {
   channel_eval<A, T> a;
   channel_eval<B, T> b;
   Index L;
+  Index band = 0;  // width of B (or of A) when it is a band that is not a plain convolution
 
-  channel_eval(const Product<A, B>& n, const context& cx, Index c) : a(n.left(), cx, c), b(n.right(), cx, c), L(cx.L) {}
+  channel_eval(const Product<A, B>& n, const context& cx, Index c) : a(n.left(), cx, c), b(n.right(), cx, c), L(cx.L) {
+    if constexpr (is_band_v<B> && !is_diagonal_v<B>) band = band_width(n.right());
+    else if constexpr (is_band_v<A> && !is_diagonal_v<A>) band = band_width(n.left());
+  }
 
   T diag(Index t) const
     requires(is_diagonal_v<A> && is_diagonal_v<B>)
@@ -108,8 +123,12 @@ struct channel_eval<Product<A, B>, T> {
         for (Index j = 0; j < out.cols; ++j) out(i, j) *= e[std::size_t(j)];
     } else if constexpr (is_causal_conv_v<B>) {
       conv_right(i0, i1, j0, j1, out);
+    } else if constexpr (is_band_v<B>) {
+      band_right(i0, i1, j0, j1, out);
     } else if constexpr (is_causal_conv_v<A>) {
       conv_left(i0, i1, j0, j1, out);
+    } else if constexpr (is_band_v<A>) {
+      band_left(i0, i1, j0, j1, out);
     } else {
       dense(i0, i1, j0, j1, out);
     }
@@ -148,6 +167,42 @@ struct channel_eval<Product<A, B>, T> {
       for (Index lag = 0; lag < a.width() && t - lag >= lo; ++lag) {
         const T w = a.tap(lag);
         const T* src = tall.view.row(t - lag - lo);
+        for (Index j = 0; j < out.cols; ++j) dst[j] += w * src[j];
+      }
+    }
+  }
+  // B a band of width W: (A B)[t, s] = sum_{lag < W} A[t, s+lag] B[s+lag, s], from A's tile widened
+  // by W-1 columns and B's band entries (Griffin's masked convolution).
+  void band_right(Index i0, Index i1, Index j0, Index j1, tile<T> out) const {
+    Index hi = std::min(L, j1 + band - 1);
+    if constexpr (is_lower_v<A>) hi = std::min(hi, i1);
+    out.set_zero();
+    if (hi <= j0) return;
+    tile_buffer<T> wide(i1 - i0, hi - j0), tall(hi - j0, j1 - j0);
+    a.block(i0, i1, j0, hi, wide.view);
+    b.block(j0, hi, j0, j1, tall.view);
+    for (Index i = 0; i < out.rows; ++i) {
+      const T* src = wide.view.row(i);
+      T* dst = out.row(i);
+      for (Index j = 0; j < out.cols; ++j)
+        for (Index k = j; k < std::min(j + band, hi - j0); ++k) dst[j] += src[k] * tall.view(k, j);
+    }
+  }
+  // A a band of width W: (A B)[t, s] = sum_{lag < W} A[t, t-lag] B[t-lag, s].
+  void band_left(Index i0, Index i1, Index j0, Index j1, tile<T> out) const {
+    Index lo = std::max<Index>(0, i0 - band + 1);
+    if constexpr (is_lower_v<B>) lo = std::max(lo, std::min(j0, i1));
+    out.set_zero();
+    if (lo >= i1) return;
+    tile_buffer<T> wide(i1 - i0, i1 - lo), tall(i1 - lo, j1 - j0);
+    a.block(i0, i1, lo, i1, wide.view);
+    b.block(lo, i1, j0, j1, tall.view);
+    for (Index i = 0; i < out.rows; ++i) {
+      const Index t = i0 + i;
+      T* dst = out.row(i);
+      for (Index k = std::max(lo, t - band + 1); k <= t; ++k) {
+        const T w = wide.view(i, k - lo);
+        const T* src = tall.view.row(k - lo);
         for (Index j = 0; j < out.cols; ++j) dst[j] += w * src[j];
       }
     }
