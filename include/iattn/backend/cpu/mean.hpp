@@ -16,8 +16,10 @@
 //   inside the diagonal block: halved recursively, the lower-left quadrant a GEMM referred to the
 //                              split point, down to 8 tokens, which take running products;
 // the inner dimension (c, m) a chunk of at most 1024 at a time. The remaining K-1 (strict: K)
-// diagonals nearest the main one are summed directly. Exp arguments are sums of log-decays, never
-// differences; lambda = -inf gives exact zeros. Everything else (Flip, RowNormalize, Wkv, softmax,
+// diagonals nearest the main one are summed directly. Decays across blocks are exps of sums of
+// log-decays (never of differences: no positive arguments); inside a block of mean_block tokens they
+// are running products of the per-token factors, as in decay_tiles' diagonal blocks. lambda = -inf
+// gives exact zeros. Everything else (Flip, RowNormalize, Wkv, softmax,
 // products of two cores, convolutions wider than max_mean_conv) takes the tile path of evaluate.hpp.
 #pragma once
 
@@ -307,27 +309,36 @@ class mean_core_term {
   // Block b: ut forward from its first token, vt backward from its last, blk = its whole decay.
   void edges(Index b) {
     const Index b0 = b * mean_block, b1 = std::min(L_, b0 + mean_block);
-    std::vector<T> acc(static_cast<std::size_t>(m_), Policy::template neutral<T>()), f(static_cast<std::size_t>(m_));
+    buffers& bf = local();
+    T* f = sized(bf.f, m_);  // running product of the per-token factors (at most mean_block of them)
+    std::fill(f, f + m_, T(1));
     for (Index t = b0; t < b1; ++t) {
-      if (t > b0) combine(acc.data(), lam_.row(t).data());
-      factor_row(acc.data(), f.data());
+      if (t > b0) multiply(f, fac_.row(t).data());
       T* ut = ut_.row(t).data();
       if (t + delta_ < L_) {
         const T* u = uf_.row(t + delta_).data();
-        for (Index i = 0; i < m_; ++i) ut[i] = u[i] * f[std::size_t(i)];
+        for (Index i = 0; i < m_; ++i) ut[i] = u[i] * f[i];
       } else {
         std::fill(ut, ut + m_, T(0));
       }
     }
-    std::fill(acc.begin(), acc.end(), Policy::template neutral<T>());
+    std::fill(f, f + m_, T(1));
+    T* acc = blk_.row(b).data();  // the block's whole decay, kept as a sum of log-decays
+    std::fill(acc, acc + m_, Policy::template neutral<T>());
     for (Index s = b1 - 1; s >= b0; --s) {
-      factor_row(acc.data(), f.data());
       const T* z = vz_.row(s).data();
       T* vt = vt_.row(s).data();
-      for (Index i = 0; i < m_; ++i) vt[i] = z[i] * f[std::size_t(i)];
-      combine(acc.data(), lam_.row(s).data());
+      for (Index i = 0; i < m_; ++i) vt[i] = z[i] * f[i];
+      multiply(f, fac_.row(s).data());
+      combine(acc, lam_.row(s).data());
     }
-    std::copy(acc.begin(), acc.end(), blk_.row(b).data());
+  }
+
+  void multiply(T* acc, const T* fac) const {
+    simd::for_packs<T>(m_, [&](auto w, Index i) {
+      using P = Pk<decltype(w)::value>;
+      (P::load(acc + i) * P::load(fac + i)).store(acc + i);
+    });
   }
 
   void combine(T* acc, const T* d) const {
@@ -411,25 +422,23 @@ class mean_core_term {
     const Index h = ((n + 15) / 16) * 8, mid = a + h;
     T* up = sized(b.up, (e - mid) * M);
     T* vp = sized(b.vp, h * M);
-    // up[t'] = U[t'] E(mid+1 .. t'), forward from mid
-    std::fill(acc, acc + m_, Policy::template neutral<T>());
+    // up[t'] = U[t'] E(mid+1 .. t'), forward from mid; vp[sigma] = z_sigma E(sigma+1 .. mid), backward
+    // from mid - 1: running products of at most mean_block per-token factors.
+    std::fill(f, f + m_, T(1));
     for (Index t = mid; t < e; ++t) {
-      if (t > mid) combine(acc, lam_.row(t).data());
-      factor_row(acc, f);
+      if (t > mid) multiply(f, fac_.row(t).data());
       T* dst = up + (t - mid) * M;
       if (t + delta_ < L_) {
         const T* u = uf_.row(t + delta_).data();
         for (Index i = 0; i < m_; ++i) dst[i] = u[i] * f[i];
       }
     }
-    // vp[sigma] = z_sigma E(sigma+1 .. mid), backward from mid - 1
-    std::copy(lam_.row(mid).data(), lam_.row(mid).data() + m_, acc);
+    std::copy(fac_.row(mid).data(), fac_.row(mid).data() + m_, f);
     for (Index s = mid - 1; s >= a; --s) {
-      factor_row(acc, f);
       const T* z = vz_.row(s).data();
       T* dst = vp + (s - a) * M;
       for (Index i = 0; i < m_; ++i) dst[i] = z[i] * f[i];
-      combine(acc, lam_.row(s).data());
+      multiply(f, fac_.row(s).data());
     }
     gemm_into(out, up, mid, e - mid, vp, a, h, M);
     diagonal_block(a, mid, out, b);
