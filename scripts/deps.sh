@@ -4,7 +4,7 @@
 set -euo pipefail
 pkgs=(g++ cmake make libeigen3-dev libxsimd-dev catch2 libstb-dev)
 for a in "$@"; do
-  [ "$a" = "--bench" ] && pkgs+=(libbenchmark-dev)
+  [ "$a" = "--bench" ] && pkgs+=(libbenchmark-dev python3-torch libopenblas0-pthread)
   [ "$a" = "--sanitize" ] && pkgs+=(clang libclang-rt-14-dev libomp-14-dev)  # the sanitizer stages
 done
 missing=()

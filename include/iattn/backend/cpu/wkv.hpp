@@ -1,6 +1,6 @@
 // iattn/backend/cpu/wkv.hpp: CPU evaluator of Wkv (ops/wkv.hpp), everything in the log domain.
-//   apply:   the running-max recurrence per channel: state (num, den) scaled by e^-m, y_t from the
-//            state before token t and the bonus term.
+//   apply:   the running-max recurrence, vectorised across channels in double: state (num, den)
+//            scaled by e^-m, y_t from the state before token t and the bonus term.
 //   apply_t: a forward pass for the row log-normalisers ell_t, then backwards
 //            G_s = e^{-ell_{s+1}} x_{s+1} + e^{w_{s+1}} G_{s+1} kept as (g, M) with G = g e^M,
 //            y_s = e^{u + k_s - ell_s} x_s + e^{k_s + M_s} g_s  (k_s + M_s <= 0).
@@ -9,6 +9,7 @@
 #pragma once
 
 #include "../../ops/wkv.hpp"
+#include "simd.hpp"
 #include "tile.hpp"
 
 #include <algorithm>
@@ -46,26 +47,34 @@ T exp_of(double v) { return T(std::exp(v)); }
 
 template <class T>
 struct slab_eval<Wkv<T>> {
+  // Vectorised across channels in double packs: per token, mo = max(m, u + k),
+  // y = (e^{m-mo} num + e^{u+k-mo} x) / (e^{m-mo} den + e^{u+k-mo}), then the state moves to
+  // ms = max(m + w, k): num = e^{m+w-ms} num + e^{k-ms} x, den likewise. m = -inf (no history)
+  // gives e^{-inf} = 0 through the packs' clamped exp.
   static void apply(const Wkv<T>& n, const context& cx, Index c0, Index nc, const T* x, T* y) {
-    using wkv_detail::exp_of;
-    using wkv_detail::ninf;
-    for (Index j = 0; j < nc; ++j) {
-      const Index c = c0 + j;
-      const double u = n.u()(0, c);
-      T num = 0, den = 0;  // the state before token t, times e^-m
-      double m = ninf;
-      for (Index t = 0; t < cx.L; ++t) {
-        const double k = n.k()(t, c);
-        const T xv = x[t * nc + j];
-        const double mo = std::max(m, u + k);
-        const T e1 = exp_of<T>(m - mo), e2 = exp_of<T>(u + k - mo);
-        y[t * nc + j] = (e1 * num + e2 * xv) / (e1 * den + e2);
-        const double md = m + double(n.decay(t, c)), ms = std::max(md, k);
-        const T f1 = md == ninf ? T(0) : exp_of<T>(md - ms), f2 = exp_of<T>(k - ms);
-        num = f1 * num + f2 * xv;
-        den = f1 * den + f2;
-        m = ms;
+    const auto sz = static_cast<std::size_t>(nc);
+    std::vector<double> num(sz, 0.0), den(sz, 0.0), m(sz, wkv_detail::ninf), u(sz), kb(sz), wb(sz), xb(sz), yb(sz);
+    for (Index j = 0; j < nc; ++j) u[std::size_t(j)] = n.u()(0, c0 + j);
+    for (Index t = 0; t < cx.L; ++t) {
+      for (Index j = 0; j < nc; ++j) {
+        kb[std::size_t(j)] = n.k()(t, c0 + j);
+        wb[std::size_t(j)] = n.decay(t, c0 + j);
+        xb[std::size_t(j)] = x[t * nc + j];
       }
+      simd::for_packs<double>(nc, [&](auto w, Index j) {
+        using P = simd::pack<double, decltype(w)::value>;
+        const P k = P::load(kb.data() + j), mv = P::load(m.data() + j), uk = P::load(u.data() + j) + k;
+        const P xv = P::load(xb.data() + j), nu = P::load(num.data() + j), de = P::load(den.data() + j);
+        const P mo = max(mv, uk);
+        const P e1 = exp(mv - mo), e2 = exp(uk - mo);
+        (fma(e1, nu, e2 * xv) / fma(e1, de, e2)).store(yb.data() + j);
+        const P ms = max(mv + P::load(wb.data() + j), k);
+        const P f1 = exp(mv + P::load(wb.data() + j) - ms), f2 = exp(k - ms);
+        fma(f1, nu, f2 * xv).store(num.data() + j);
+        fma(f1, de, f2).store(den.data() + j);
+        ms.store(m.data() + j);
+      });
+      for (Index j = 0; j < nc; ++j) y[t * nc + j] = T(yb[std::size_t(j)]);
     }
   }
   static void apply_t(const Wkv<T>& n, const context& cx, Index c0, Index nc, const T* x, T* y) {
