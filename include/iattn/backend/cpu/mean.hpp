@@ -34,6 +34,7 @@
 #include "../../ops/sum.hpp"
 #include "decay_tiles.hpp"
 #include "parallel.hpp"
+#include "product.hpp"
 #include "simd.hpp"
 #include "tile.hpp"
 
@@ -60,19 +61,6 @@ using mean_terms = std::vector<mean_term<T>>;
 inline constexpr std::size_t max_mean_terms = 64;  ///< beyond this the expansion is not worth it
 inline constexpr Index max_mean_conv = 16;         ///< widest convolution folded into a core's injection
 inline constexpr Index mean_block = 64;            ///< tokens per block of G
-
-template <class N>
-struct is_sum_node : std::false_type {};
-template <class A, class B>
-struct is_sum_node<Sum<A, B>> : std::true_type {};
-template <class N>
-struct is_product_node : std::false_type {};
-template <class A, class B>
-struct is_product_node<Product<A, B>> : std::true_type {};
-template <class N>
-struct is_scaled_node : std::false_type {};
-template <class A>
-struct is_scaled_node<Scaled<A>> : std::true_type {};
 
 /// Entrywise product of two diagonals stored as (L, D) or (1, D); empty means ones.
 template <class T>
@@ -308,29 +296,38 @@ class mean_core_term {
 
   // Block b: ut forward from its first token, vt backward from its last, blk = its whole decay.
   void edges(Index b) {
-    const Index b0 = b * mean_block, b1 = std::min(L_, b0 + mean_block);
-    buffers& bf = local();
-    T* f = sized(bf.f, m_);  // running product of the per-token factors (at most mean_block of them)
+    const Index b0 = b * mean_block, b1 = std::min(L_, b0 + mean_block), M = Dc_ * N_;
+    T* f = sized(local().f, m_);
+    refer_forward(b0, b1, ut_.row(b0).data(), M, f);
     std::fill(f, f + m_, T(1));
-    for (Index t = b0; t < b1; ++t) {
-      if (t > b0) multiply(f, fac_.row(t).data());
-      T* ut = ut_.row(t).data();
-      if (t + delta_ < L_) {
-        const T* u = uf_.row(t + delta_).data();
-        for (Index i = 0; i < m_; ++i) ut[i] = u[i] * f[i];
-      } else {
-        std::fill(ut, ut + m_, T(0));
-      }
-    }
-    std::fill(f, f + m_, T(1));
+    refer_backward(b0, b1, vt_.row(b0).data(), M, f);
     T* acc = blk_.row(b).data();  // the block's whole decay, kept as a sum of log-decays
     std::fill(acc, acc + m_, Policy::template neutral<T>());
-    for (Index s = b1 - 1; s >= b0; --s) {
+    for (Index s = b0; s < b1; ++s) combine(acc, lam_.row(s).data());
+  }
+
+  // dst row t - t0 = U[t] E(t0+1 .. t) for t in [t0, t1) (zero past the output), f the running product
+  // of at most mean_block per-token factors.
+  void refer_forward(Index t0, Index t1, T* dst, Index ld, T* f) const {
+    std::fill(f, f + m_, T(1));
+    for (Index t = t0; t < t1; ++t) {
+      if (t > t0) multiply(f, fac_.row(t).data());
+      T* d = dst + (t - t0) * ld;
+      if (t + delta_ < L_) {
+        const T* u = uf_.row(t + delta_).data();
+        for (Index i = 0; i < m_; ++i) d[i] = u[i] * f[i];
+      } else {
+        std::fill(d, d + m_, T(0));
+      }
+    }
+  }
+  // dst row s - a = z_s f E(s+1 .. e-1) for s in [a, e), backwards; f holds the factor at e on entry.
+  void refer_backward(Index a, Index e, T* dst, Index ld, T* f) const {
+    for (Index s = e - 1; s >= a; --s) {
       const T* z = vz_.row(s).data();
-      T* vt = vt_.row(s).data();
-      for (Index i = 0; i < m_; ++i) vt[i] = z[i] * f[i];
+      T* d = dst + (s - a) * ld;
+      for (Index i = 0; i < m_; ++i) d[i] = z[i] * f[i];
       multiply(f, fac_.row(s).data());
-      combine(acc, lam_.row(s).data());
     }
   }
 
@@ -422,24 +419,10 @@ class mean_core_term {
     const Index h = ((n + 15) / 16) * 8, mid = a + h;
     T* up = sized(b.up, (e - mid) * M);
     T* vp = sized(b.vp, h * M);
-    // up[t'] = U[t'] E(mid+1 .. t'), forward from mid; vp[sigma] = z_sigma E(sigma+1 .. mid), backward
-    // from mid - 1: running products of at most mean_block per-token factors.
-    std::fill(f, f + m_, T(1));
-    for (Index t = mid; t < e; ++t) {
-      if (t > mid) multiply(f, fac_.row(t).data());
-      T* dst = up + (t - mid) * M;
-      if (t + delta_ < L_) {
-        const T* u = uf_.row(t + delta_).data();
-        for (Index i = 0; i < m_; ++i) dst[i] = u[i] * f[i];
-      }
-    }
+    // up[t'] = U[t'] E(mid+1 .. t'); vp[sigma] = z_sigma E(sigma+1 .. mid)
+    refer_forward(mid, e, up, M, f);
     std::copy(fac_.row(mid).data(), fac_.row(mid).data() + m_, f);
-    for (Index s = mid - 1; s >= a; --s) {
-      const T* z = vz_.row(s).data();
-      T* dst = vp + (s - a) * M;
-      for (Index i = 0; i < m_; ++i) dst[i] = z[i] * f[i];
-      multiply(f, fac_.row(s).data());
-    }
+    refer_backward(a, mid, vp, M, f);
     gemm_into(out, up, mid, e - mid, vp, a, h, M);
     diagonal_block(a, mid, out, b);
     diagonal_block(mid, e, out, b);

@@ -14,6 +14,8 @@
 
 #include "../../ops/diagonal.hpp"
 #include "../../ops/product.hpp"
+#include "../../ops/scaled.hpp"
+#include "../../ops/sum.hpp"
 #include "tile.hpp"
 
 #include <algorithm>
@@ -77,14 +79,26 @@ struct slab_eval<Product<A, B>> {
   }
 };
 
+template <class N>
+struct is_sum_node : std::false_type {};
+template <class A, class B>
+struct is_sum_node<Sum<A, B>> : std::true_type {};
+template <class N>
+struct is_product_node : std::false_type {};
+template <class A, class B>
+struct is_product_node<Product<A, B>> : std::true_type {};
+template <class N>
+struct is_scaled_node : std::false_type {};
+template <class A>
+struct is_scaled_node<Scaled<A>> : std::true_type {};
+
 /// Width of a band node (is_band_v): nonzero only for 0 <= t - s < band_width.
 template <class Node>
 Index band_width(const Node& n) {
   if constexpr (is_causal_conv_v<Node>) return n.width();
   else if constexpr (is_diagonal_v<Node>) return 1;
-  else if constexpr (requires { n.inner(); }) return band_width(n.inner());
-  else if constexpr (std::is_same_v<Node, Product<std::remove_cvref_t<decltype(n.left())>, std::remove_cvref_t<decltype(n.right())>>>)
-    return band_width(n.left()) + band_width(n.right()) - 1;
+  else if constexpr (is_scaled_node<Node>::value) return band_width(n.inner());
+  else if constexpr (is_product_node<Node>::value) return band_width(n.left()) + band_width(n.right()) - 1;
   else return std::max(band_width(n.left()), band_width(n.right()));  // Sum
 }
 

@@ -68,8 +68,8 @@ struct slab_eval<Wkv<T>> {
         const P mo = max(mv, uk);
         const P e1 = exp(mv - mo), e2 = exp(uk - mo);
         (fma(e1, nu, e2 * xv) / fma(e1, de, e2)).store(yb.data() + j);
-        const P ms = max(mv + P::load(wb.data() + j), k);
-        const P f1 = exp(mv + P::load(wb.data() + j) - ms), f2 = exp(k - ms);
+        const P md = mv + P::load(wb.data() + j), ms = max(md, k);
+        const P f1 = exp(md - ms), f2 = exp(k - ms);
         fma(f1, nu, f2 * xv).store(num.data() + j);
         fma(f1, de, f2).store(den.data() + j);
         ms.store(m.data() + j);
