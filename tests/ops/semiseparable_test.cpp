@@ -51,6 +51,7 @@ void run_case(const ss_case& k, Index L) {
                                  : iattn::semiseparable(iattn::factored_decay(dt, A), B, C, o))
                       : (k.bonus ? iattn::semiseparable(lam, B, C, u, o) : iattn::semiseparable(lam, B, C, o));
   REQUIRE(S.factored() == k.factored);
+  REQUIRE_FALSE(iattn::cpu_detail::takes_chunked_apply(S));  // the scans; the chunked apply is tested below
   const MatD ud = dd(u);
   auto oracle = [&](Index c) {
     return dense_semiseparable(dd(lam), dd(B), dd(C), k.H, k.P, k.G, c, k.strict, k.bonus ? &ud : nullptr);
@@ -75,6 +76,32 @@ void run_case(const ss_case& k, Index L) {
 TEMPLATE_TEST_CASE("semiseparable matches the dense oracle", "[semiseparable]", float, double) {
   for (const auto& k : cases)
     for (Index L : lengths) run_case<TestType>(k, L);
+}
+
+// The SSD-style chunked apply (one decay per head, P >= 64, N >= 64) in 64-token chunks, inside
+// diag(g) S diag(dt) so the folded input and output scalings run through it. L crosses chunk
+// boundaries; P = 72 puts the 128-channel slab boundary inside head 1; groups and resets.
+TEMPLATE_TEST_CASE("semiseparable: the chunked apply matches the dense oracle", "[semiseparable][chunked]", float, double) {
+  using T = TestType;
+  struct chunk_case { Index H, P, G, N; bool resets; };
+  for (const chunk_case k : {chunk_case{3, 72, 1, 64, false}, chunk_case{4, 64, 2, 65, true}})
+    for (Index L : {Index(1), Index(7), Index(63), Index(64), Index(65), Index(257), Index(1000)}) {
+      INFO("H = " << k.H << ", P = " << k.P << ", G = " << k.G << ", N = " << k.N << ", L = " << L);
+      const Index D = k.H * k.P;
+      Mat<T> lam = uniform<T>(L, k.H, -0.3, -0.001);
+      if (k.resets)
+        for (Index t = 3; t < L; t += 50) lam(t, (t / 50) % k.H) = -std::numeric_limits<T>::infinity();
+      const Mat<T> B = normal<T>(L, k.G * k.N, 0.2), C = normal<T>(L, k.G * k.N, 0.2), x = normal<T>(L, D);
+      const Mat<T> g = normal<T>(L, D), dt = uniform<T>(L, D, 0.01, 0.2);
+      const auto S = iattn::semiseparable(lam, B, C, {.heads = k.H, .head_dim = k.P, .groups = k.G});
+      REQUIRE(iattn::cpu_detail::takes_chunked_apply(S));
+      std::vector<MatD> M;  // one dense matrix per head
+      for (Index h = 0; h < k.H; ++h) M.push_back(dense_semiseparable(dd(lam), dd(B), dd(C), k.H, k.P, k.G, h * k.P));
+      MatD want(L, D);
+      for (Index c = 0; c < D; ++c)
+        want.col(c) = dd(g).col(c).cwiseProduct(M[std::size_t(c / k.P)] * dd(dt).col(c).cwiseProduct(dd(x).col(c)));
+      check_close(iattn::apply(iattn::diagonal(g) * S * iattn::diagonal(dt), x), want, tolerance<T>());
+    }
 }
 
 TEST_CASE("semiseparable with lambda = 0 is masked linear attention", "[semiseparable]") {

@@ -22,6 +22,22 @@
 
 namespace iattn::cpu_detail {
 
+/// The SSD-style apply: chunk length, and the narrowest heads and states that take it. Below them
+/// the scan wins: its per-token cost is 2 N P FMAs per head, about what the chunk's state GEMMs
+/// (C h and B^T X) cost anyway, and the chunk adds C B^T, its decay mask and the GEMM within the
+/// chunk. Measured on the 2-core Zen 3 VM at L = 1024, D = 1536 (docs/performance.md): chunked
+/// 1.2-1.35x faster at P = 64 and N >= 64, even at P = 32, N = 128, slower at P <= 16 or N = 16.
+inline constexpr Index ssd_chunk = 64;
+inline constexpr Index ssd_min_head_dim = 64;
+inline constexpr Index ssd_min_state = 64;
+
+/// True when apply(S, x) takes the SSD-style chunked form: one decay per head, inclusive, heads of
+/// at least ssd_min_head_dim channels and ssd_min_state states. The transposed apply (row) scans.
+template <class T>
+bool takes_chunked_apply(const Semiseparable<T>& n) {
+  return !n.per_state() && !n.strict() && n.head_dim() >= ssd_min_head_dim && n.state() >= ssd_min_state;
+}
+
 template <class T>
 struct slab_eval<Semiseparable<T>> {
   static void apply(const Semiseparable<T>& n, const context& cx, Index c0, Index nc, const T* x, T* y) {
@@ -40,6 +56,8 @@ struct slab_eval<Semiseparable<T>> {
   template <bool Transposed>
   static void run(const Semiseparable<T>& n, const context& cx, Index c0, Index nc, const T* x, T* y, const diag_scales<T>* sc) {
     if (n.factored() && n.head_dim() == 1) return run_across_channels<Transposed>(n, cx, c0, nc, x, y, sc);
+    if constexpr (!Transposed)
+      if (takes_chunked_apply(n)) return run_chunked(n, cx, c0, nc, x, y, sc);
     std::vector<T> xbuf(static_cast<std::size_t>(nc));
     const Index L = cx.L, N = n.state(), P = n.head_dim();
     const bool per_state = n.per_state(), strict = n.strict();
@@ -94,6 +112,83 @@ struct slab_eval<Semiseparable<T>> {
       }
       finish_row(sc, t, c0, nc, yt);
     }
+  }
+
+  // SSD-style chunked apply (one decay per head, inclusive form), chunks of ssd_chunk tokens.
+  // Within a chunk, with chunk-relative log-decay sums seg(i, j) = sum_{r=j+1..i} lambda_r and
+  // pre(i) = sum_{r=0..i} lambda_r (running sums: never differences, so lambda = -inf is exact and
+  // no exp argument is positive), and the state h (N, P) left by the earlier chunks:
+  //   Y_h = (C B^T o exp(seg), lower) X_h + diag(exp(pre)) C h
+  //   h   = exp(pre(last)) h + B^T diag(exp(seg(last, .))) X_h
+  // The heads of one B/C group share C B^T, C h and B^T X' (X' = X with each head's rows scaled):
+  // three GEMMs per chunk and group, and one (chunk, chunk) x (chunk, P) GEMM per head.
+  static void run_chunked(const Semiseparable<T>& n, const context& cx, Index c0, Index nc, const T* x, T* y,
+                          const diag_scales<T>* sc) {
+    using map = Eigen::Map<Matrix<T>, 0, Eigen::OuterStride<>>;
+    using cmap = Eigen::Map<const Matrix<T>, 0, Eigen::OuterStride<>>;
+    using vec = Eigen::Matrix<T, Eigen::Dynamic, 1>;
+    const Index L = cx.L, N = n.state(), P = n.head_dim(), Tk = ssd_chunk, ld = n.B().cols();
+    // Runs of channels [j0, j1) whose heads share a group.
+    struct group_run { Index g, j0, j1; };
+    std::vector<group_run> runs;
+    for (Index h = c0 / P; h * P < c0 + nc; ++h) {
+      const Index j0 = std::max(c0, h * P) - c0, j1 = std::min(c0 + nc, (h + 1) * P) - c0;
+      if (!runs.empty() && runs.back().g == n.group_of_head(h)) runs.back().j1 = j1;
+      else runs.push_back({n.group_of_head(h), j0, j1});
+    }
+    Matrix<T> state = Matrix<T>::Zero(N, nc), xin(Tk, nc), xs(Tk, nc), Z(Tk, nc), CB(Tk, Tk), M(Tk, Tk);
+    vec seg(Tk), ex(Tk), ep(Tk);
+    for (Index t0 = 0; t0 < L; t0 += Tk) {
+      const Index tc = std::min(Tk, L - t0);
+      const bool carry = t0 > 0, pass_on = t0 + tc < L;  // a state comes in / goes out
+      for (Index i = 0; i < tc; ++i) {
+        T* row = xin.row(i).data();
+        const T* in = input_row(sc, t0 + i, c0, nc, x + (t0 + i) * nc, row);
+        if (in != row) std::copy(in, in + nc, row);
+      }
+      map Y(y + t0 * nc, tc, nc, Eigen::OuterStride<>(nc));
+      for (const group_run& r : runs) {
+        const cmap Bg(n.B().row(t0) + r.g * N, tc, N, Eigen::OuterStride<>(ld));
+        const cmap Cg(n.C().row(t0) + r.g * N, tc, N, Eigen::OuterStride<>(ld));
+        const Index wr = r.j1 - r.j0;
+        CB.topLeftCorner(tc, tc).noalias() = Cg * Bg.transpose();
+        if (carry) Z.block(0, r.j0, tc, wr).noalias() = Cg * state.middleCols(r.j0, wr);
+        for (Index j0 = r.j0; j0 < r.j1;) {
+          const Index h = (c0 + j0) / P, w = std::min(r.j1, (h + 1) * P - c0) - j0;
+          // Row i of C B^T o exp(seg); ex ends as exp(seg(last, .)), ep as pre.
+          T run = 0;
+          for (Index i = 0; i < tc; ++i) {
+            const T li = n.lambda()(t0 + i, h);
+            run += li;
+            ep[i] = run;
+            for (Index j = 0; j < i; ++j) seg[j] += li;
+            seg[i] = T(0);
+            exp_into(i + 1, seg.data(), ex.data());
+            for (Index j = 0; j <= i; ++j) M(i, j) = CB(i, j) * ex[j];
+            for (Index j = i + 1; j < tc; ++j) M(i, j) = T(0);
+          }
+          const auto Xh = xin.block(0, j0, tc, w);
+          auto Yh = Y.middleCols(j0, w);
+          Yh.noalias() = M.topLeftCorner(tc, tc) * Xh;
+          if (carry) {
+            exp_into(tc, ep.data(), ep.data());
+            Yh.noalias() += ep.head(tc).asDiagonal() * Z.block(0, j0, tc, w);
+            if (pass_on) state.middleCols(j0, w) *= ep[tc - 1];
+          }
+          if (pass_on) xs.block(0, j0, tc, w).noalias() = ex.head(tc).asDiagonal() * Xh;
+          j0 += w;
+        }
+        if (pass_on) state.middleCols(r.j0, wr).noalias() += Bg.transpose() * xs.block(0, r.j0, tc, wr);
+      }
+      for (Index i = 0; i < tc; ++i) finish_row(sc, t0 + i, c0, nc, y + (t0 + i) * nc);
+    }
+  }
+  // out[i] = exp(in[i]) for i < count (out may be in).
+  static void exp_into(Index count, const T* in, T* out) {
+    simd::for_packs<T>(count, [&](auto w, Index i) {
+      using Pk = simd::pack<T, decltype(w)::value>;
+      exp(Pk::load(in + i)).store(out + i);
+    });
   }
 
   // Factored decay with one channel per head (Mamba-1): vectorised across channels, the state of
