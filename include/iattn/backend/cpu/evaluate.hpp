@@ -9,6 +9,7 @@
 #include "diagonal.hpp"
 #include "linear_recurrence.hpp"
 #include "mean.hpp"
+#include "memory.hpp"
 #include "parallel.hpp"
 #include "product.hpp"
 #include "semiseparable.hpp"
@@ -34,7 +35,7 @@ void structured_block(const channel_eval<Node, T>& ev, Index i0, Index i1, Index
 
 template <class T, class Node>
 Matrix<T> materialize(const Node& n, const context& cx, Index c) {
-  Matrix<T> out(cx.L, cx.L);
+  Matrix<T> out = output_matrix<T>(cx.L, cx.L);
   if (cx.L == 0) return out;
   const channel_eval<Node, T> ev(n, cx, c);
   const Index nb = (cx.L + tile_size - 1) / tile_size;
@@ -53,7 +54,7 @@ Matrix<T> materialize(const Node& n, const context& cx, Index c) {
 /// expressions that mean.hpp cannot expand into diag * core * diag * conv terms.
 template <class T, class Node>
 Matrix<T> materialize_mean_tiles(const Node& n, const context& cx) {
-  Matrix<T> out = Matrix<T>::Zero(cx.L, cx.L);
+  Matrix<T> out = zero_output_matrix<T>(cx.L, cx.L);
   if (cx.L == 0 || cx.D == 0) return out;
   const Index nb = (cx.L + tile_size - 1) / tile_size;
   struct tile_id { Index bi, bj; };
