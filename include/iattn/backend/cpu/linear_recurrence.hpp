@@ -24,6 +24,11 @@ struct slab_eval<LinearRecurrence<T>> {
     for (Index t = 0; t < cx.L; ++t) {
       const T* a = n.a().row(t) + c0;
       const T* b = n.b().row(t) + c0;
+      prefetch_scales(&sc, cx.L, t + prefetch_ahead, c0, nc);
+      if (t + prefetch_ahead < cx.L) {
+        prefetch_row(n.a().data(), n.a().cols(), t + prefetch_ahead, c0, nc);
+        prefetch_row(n.b().data(), n.b().cols(), t + prefetch_ahead, c0, nc);
+      }
       const T* xt = input_row(&sc, t, c0, nc, x + t * nc, xbuf.data());
       simd::for_packs<T>(nc, [&](auto w, Index j) {
         using P = simd::pack<T, decltype(w)::value>;

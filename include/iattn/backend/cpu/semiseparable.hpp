@@ -223,6 +223,9 @@ struct slab_eval<Semiseparable<T>> {
       const Index t = Transposed ? L - 1 - i : i;
       const Index k = (Transposed && !strict) ? t + 1 : t;
       const T* dtr = k < L ? dt.row(k) + c0 : zero.data();  // k = L: the state is still zero
+      const Index ahead = Transposed ? t - prefetch_ahead : t + prefetch_ahead;
+      prefetch_scales(sc, L, ahead, c0, nc);
+      if (ahead >= 0 && ahead < L) prefetch_row(dt.data(), dt.cols(), ahead, c0, nc);
       const T* xt = input_row(sc, t, c0, nc, x + t * nc, xbuf.data());
       T* yt = y + t * nc;
       for (const auto& run : runs) {  // no structured binding: clang 14 cannot capture one in a lambda
