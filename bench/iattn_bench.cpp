@@ -3,8 +3,7 @@
 // (L, D*N) log-decay), at L in {256, 1024, 4096}, D = 1536, N = 16, float.
 // Baselines in the same run:
 //   apply:       a dense (L, L) matrix times a vector, per channel (BM_apply_dense_baseline)
-//   materialize: storing L^2 floats into a fresh matrix (BM_store_L2; BM_store_L2_huge_pages with the
-//                huge-page hint materialize's results carry), and per-entry loops for the
+//   materialize: storing L^2 floats into a fresh matrix (BM_store_L2), and per-entry loops for the
 //                semiseparable part (BM_materialize_naive)
 // Counters: items_per_second (state updates L*D*N for S and the composite, L*D for the others,
 // L^2 entries for materialize), bytes_per_second for materialize and the store baseline.
@@ -147,20 +146,6 @@ void BM_store_L2(benchmark::State& st) {
   st.SetBytesProcessed(st.iterations() * L * L * Index(sizeof(float)));
 }
 
-// Baseline: the same store into a fresh matrix that carries materialize's huge-page hint
-// (backend/cpu/memory.hpp), so first-touch faults cost the baseline what they cost materialize.
-void BM_store_L2_huge_pages(benchmark::State& st) {
-  const Index L = st.range(0);
-  for (auto _ : st) {
-    Mat m = iattn::cpu_detail::output_matrix<float>(L, L);
-    m.setConstant(1.f);
-    benchmark::DoNotOptimize(m.data());
-    benchmark::ClobberMemory();
-  }
-  st.SetItemsProcessed(st.iterations() * L * L);
-  st.SetBytesProcessed(st.iterations() * L * L * Index(sizeof(float)));
-}
-
 // Baseline: per-entry loops for channel 7 of S (running decay sum per column, one exp per entry).
 void BM_materialize_naive(benchmark::State& st) {
   const auto& d = get(st.range(0));
@@ -200,7 +185,6 @@ BENCHMARK(BM_apply_mamba1)->Apply(lengths);
 BENCHMARK(BM_apply_mamba1_dense_decay)->Apply(lengths);
 BENCHMARK(BM_apply_dense_baseline)->Apply(lengths);
 BENCHMARK(BM_store_L2)->Apply(lengths);
-BENCHMARK(BM_store_L2_huge_pages)->Apply(lengths);
 BENCHMARK(BM_materialize_diagonal)->Apply(lengths);
 BENCHMARK(BM_materialize_causal_conv)->Apply(lengths);
 BENCHMARK(BM_materialize_linear_recurrence)->Apply(lengths);

@@ -105,33 +105,3 @@ TEST_CASE("materialize(A*B) = materialize(A) materialize(B) on composites", "[pr
   for (Index c = 0; c < 3; ++c)
     check_close(iattn::materialize(A * B, c), iattn::materialize(A, c) * iattn::materialize(B, c), 1e-10);
 }
-
-// Results of 4 MiB and more carry the huge-page hint (backend/cpu/memory.hpp): the hint may not
-// change a single value. Sizes just over the threshold, in float and double, against the oracles;
-// a zeroed result is zero even where a freed NaN-filled block of the same size is handed back.
-TEMPLATE_TEST_CASE("results over the huge-page threshold: same values, zero where zeroed", "[properties][memory]", float,
-                   double) {
-  using T = TestType;
-  using namespace iattn;
-  const Index L = std::is_same_v<T, float> ? 1100 : 780, D = 3;  // L^2 * sizeof(T) just over 4 MiB
-  REQUIRE(std::size_t(L * L) * sizeof(T) >= cpu_detail::huge_output_bytes);
-  { Matrix<T> junk(L, L); junk.setConstant(std::numeric_limits<T>::quiet_NaN()); }
-  const Matrix<T> z = cpu_detail::zero_output_matrix<T>(L, L);
-  REQUIRE(z.cwiseAbs().maxCoeff() == T(0));
-  const Mat<T> a = uniform<T>(L, D, 0.2, 0.95), b = normal<T>(L, D), w = normal<T>(4, D), g = normal<T>(L, D);
-  const auto H = diagonal(g) * linear_recurrence(a, b) * causal_conv(w);
-  auto oracle = [&](Index c) {
-    return MatD(dense_diagonal(dd(g), c, L) * dense_linear_recurrence(dd(a), dd(b), c) * dense_conv(dd(w), c, L));
-  };
-  const double tol = tolerance<T>();
-  check_close(materialize(H, 1), oracle(1), tol);
-  check_close(materialize_mean(H), (oracle(0) + oracle(1) + oracle(2)) / 3.0, tol);
-  const Mat<T> x = normal<T>(L, 1200), gx = normal<T>(L, 1200), wx = normal<T>(4, 1200);  // (L, 1200) result
-  const auto Hx = diagonal(gx) * causal_conv(wx);
-  const Matrix<T> y = apply(Hx, x);
-  REQUIRE(std::size_t(y.size()) * sizeof(T) >= cpu_detail::huge_output_bytes);
-  for (Index c : {Index(0), Index(1199)}) {
-    const MatD Hd = dense_diagonal(dd(gx), c, L) * dense_conv(dd(wx), c, L);
-    check_close(y.col(c), Hd * dd(x).col(c), tol);
-  }
-}

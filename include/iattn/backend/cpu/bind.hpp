@@ -13,7 +13,6 @@
 #include "../../ops/row_normalize.hpp"
 #include "../../ops/scaled.hpp"
 #include "../../ops/sum.hpp"
-#include "memory.hpp"
 #include "parallel.hpp"
 #include "tile.hpp"
 
@@ -29,7 +28,7 @@ inline constexpr Index slab_width = 128;
 /// Y = H X for a bound expression, slab by slab (in parallel): the fused, channel-local pass.
 template <class T, class Node>
 Matrix<T> apply_slabs(const Node& n, const context& cx, const Matrix<T>& X, bool transposed = false) {
-  Matrix<T> Y = output_matrix<T>(cx.L, cx.D);
+  Matrix<T> Y(cx.L, cx.D);
   if (cx.L == 0 || cx.D == 0) return Y;
   const Index nslabs = (cx.D + slab_width - 1) / slab_width;
   parallel_for(nslabs, [&](Index s) {

@@ -9,7 +9,6 @@
 #include "diagonal.hpp"
 #include "linear_recurrence.hpp"
 #include "mean.hpp"
-#include "memory.hpp"
 #include "parallel.hpp"
 #include "product.hpp"
 #include "semiseparable.hpp"
@@ -35,7 +34,7 @@ void structured_block(const channel_eval<Node, T>& ev, Index i0, Index i1, Index
 
 template <class T, class Node>
 Matrix<T> materialize(const Node& n, const context& cx, Index c) {
-  Matrix<T> out = output_matrix<T>(cx.L, cx.L);
+  Matrix<T> out(cx.L, cx.L);
   if (cx.L == 0) return out;
   const channel_eval<Node, T> ev(n, cx, c);
   const Index nb = (cx.L + tile_size - 1) / tile_size;
@@ -54,7 +53,7 @@ Matrix<T> materialize(const Node& n, const context& cx, Index c) {
 /// expressions that mean.hpp cannot expand into diag * core * diag * conv terms.
 template <class T, class Node>
 Matrix<T> materialize_mean_tiles(const Node& n, const context& cx) {
-  Matrix<T> out = zero_output_matrix<T>(cx.L, cx.L);
+  Matrix<T> out = Matrix<T>::Zero(cx.L, cx.L);
   if (cx.L == 0 || cx.D == 0) return out;
   const Index nb = (cx.L + tile_size - 1) / tile_size;
   struct tile_id { Index bi, bj; };

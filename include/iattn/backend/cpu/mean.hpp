@@ -33,7 +33,6 @@
 #include "../../ops/semiseparable.hpp"
 #include "../../ops/sum.hpp"
 #include "decay_tiles.hpp"
-#include "memory.hpp"
 #include "parallel.hpp"
 #include "product.hpp"
 #include "simd.hpp"
@@ -455,7 +454,7 @@ void mean_band_term(const mean_term<T>& term, const context& cx, Matrix<T>& out)
 /// The channel mean of a sum of terms, (L, L).
 template <class T>
 Matrix<T> mean_of_terms(const mean_terms<T>& terms, const context& cx) {
-  Matrix<T> out = zero_output_matrix<T>(cx.L, cx.L);
+  Matrix<T> out = Matrix<T>::Zero(cx.L, cx.L);
   if (cx.L == 0 || cx.D == 0) return out;
   for (const auto& term : terms) {
     if (!term.has_core())
