@@ -87,10 +87,7 @@ struct slab_eval<Semiseparable<T>> {
             for (Index m = 0; m < N; ++m) dec[std::size_t(hh * N + m)] = l[hh] * A[hh * N + m];
           l = dec.data();
         }
-        simd::for_packs<T>(nh * Nd, [&](auto w, Index m) {
-          using Pk = simd::pack<T, decltype(w)::value>;
-          exp(Pk::load(l + m)).store(dec.data() + m);
-        });
+        exp_into(nh * Nd, l, dec.data());
       } else {
         std::fill(dec.begin(), dec.end(), T(0));  // the state is still zero here
       }
