@@ -28,7 +28,49 @@ MatD dense_wkv(const MatD& w, const MatD& k, const MatD& u, Index c) {
   return M;
 }
 
+/// Row t of channel c's matrix in O(L): the scores of row t from a running decay sum, max-shifted,
+/// exponentiated and normalised (the dense oracle's arithmetic for one row).
+std::vector<double> oracle_row(const MatD& w, const MatD& k, const MatD& u, Index c, Index t) {
+  std::vector<double> sc(static_cast<std::size_t>(t + 1)), out(static_cast<std::size_t>(k.rows()), 0.0);
+  sc[std::size_t(t)] = u(0, c) + k(t, c);
+  double run = 0;  // sum_{r=s+1..t-1} w_r
+  for (Index s = t - 1; s >= 0; --s) {
+    sc[std::size_t(s)] = run + k(s, c);
+    run += w(w.rows() == 1 ? 0 : s, c);
+  }
+  const double mx = *std::max_element(sc.begin(), sc.end());
+  double z = 0;
+  for (double v : sc) z += std::exp(v - mx);
+  for (Index s = 0; s <= t; ++s) out[std::size_t(s)] = std::exp(sc[std::size_t(s)] - mx) / z;
+  return out;
+}
+
 }  // namespace
+
+TEMPLATE_TEST_CASE("wkv row (the vectorised transposed apply) matches a per-row oracle at L = 1000", "[wkv][row]", float, double) {
+  using T = TestType;
+  const Index L = 1000, D = 11;  // 11 channels: full packs and a tail at every SIMD width
+  Mat<T> w = uniform<T>(L, D, -0.3, 0.0);
+  for (Index t = 5; t < L; t += 97) w(t, t % D) = -std::numeric_limits<T>::infinity();  // resets
+  const Mat<T> wc = uniform<T>(1, D, -0.05, -0.001), k = uniform<T>(L, D, -6, 6), u = uniform<T>(1, D, -1, 1);
+  for (bool constant : {false, true}) {
+    const Mat<T>& wd = constant ? wc : w;
+    const auto W = iattn::wkv(wd, k, u);
+    for (Index t : {Index(0), Index(1), Index(498), L - 1}) {
+      INFO("constant decay " << constant << ", row " << t);
+      const Mat<T> r = iattn::row(W, t);
+      REQUIRE(r.rows() == D);
+      REQUIRE(r.cols() == L);
+      MatD want(D, L);
+      for (Index c = 0; c < D; ++c) {
+        const std::vector<double> o = oracle_row(dd(wd), dd(k), dd(u), c, t);
+        for (Index s = 0; s < L; ++s) want(c, s) = o[std::size_t(s)];
+      }
+      check_close(dd(r), want, tolerance<T>());
+      for (Index c = 0; c < D; ++c) REQUIRE(std::abs(double(r.row(c).sum()) - 1.0) < 1e-5);  // a row of a normalised matrix
+    }
+  }
+}
 
 TEMPLATE_TEST_CASE("wkv matches the dense oracle (per-token and constant decays, resets)", "[wkv]", float, double) {
   using T = TestType;

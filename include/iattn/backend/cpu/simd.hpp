@@ -46,6 +46,10 @@ struct pack<T, 1> {
     for (int k = 0; k < G; ++k) z[k].v = std::exp2(z[k].v);
   }
   friend pack max(pack a, pack b) { return {a.v < b.v ? b.v : a.v}; }
+  friend pack min(pack a, pack b) { return {b.v < a.v ? b.v : a.v}; }
+  /// a >= b ? x : y, lane by lane.
+  friend pack select_ge(pack a, pack b, pack x, pack y) { return {a.v >= b.v ? x.v : y.v}; }
+  friend pack log(pack a) { return {std::log(a.v)}; }
   friend T reduce_add(pack a) { return a.v; }
 };
 
@@ -102,6 +106,9 @@ struct pack<T, W> {
   }
   static batch clamp_low(batch a, T lo) { return xsimd::select(a < batch(lo), batch(lo), a); }
   friend pack max(pack a, pack b) { return {xsimd::max(a.v, b.v)}; }
+  friend pack min(pack a, pack b) { return {xsimd::min(a.v, b.v)}; }
+  friend pack select_ge(pack a, pack b, pack x, pack y) { return {xsimd::select(a.v >= b.v, x.v, y.v)}; }
+  friend pack log(pack a) { return {xsimd::log(a.v)}; }
   friend T reduce_add(pack a) {
 #if defined(XSIMD_VERSION_MAJOR) && XSIMD_VERSION_MAJOR < 9
     return xsimd::hadd(a.v);

@@ -1,7 +1,7 @@
 // iattn/backend/cpu/wkv.hpp: CPU evaluator of Wkv (ops/wkv.hpp), everything in the log domain.
 //   apply:   the running-max recurrence, vectorised across channels in double: state (num, den)
 //            scaled by e^-m, y_t from the state before token t and the bonus term.
-//   apply_t: a forward pass for the row log-normalisers ell_t, then backwards
+//   apply_t: vectorised likewise: a forward pass for the row log-normalisers ell_t, then backwards
 //            G_s = e^{-ell_{s+1}} x_{s+1} + e^{w_{s+1}} G_{s+1} kept as (g, M) with G = g e^M,
 //            y_s = e^{u + k_s - ell_s} x_s + e^{k_s + M_s} g_s  (k_s + M_s <= 0).
 //   tiles:   ell per channel (in double), then exp(score - ell) with the decay sums taken from long-double
@@ -50,7 +50,7 @@ struct slab_eval<Wkv<T>> {
   // Vectorised across channels in double packs: per token, mo = max(m, u + k),
   // y = (e^{m-mo} num + e^{u+k-mo} x) / (e^{m-mo} den + e^{u+k-mo}), then the state moves to
   // ms = max(m + w, k): num = e^{m+w-ms} num + e^{k-ms} x, den likewise. m = -inf (no history)
-  // gives e^{-inf} = 0 through the packs' clamped exp.
+  // gives e^{-inf} = 0 through the packs' clamped exp. One exp per pair (pair_exp).
   static void apply(const Wkv<T>& n, const context& cx, Index c0, Index nc, const T* x, T* y) {
     const auto sz = static_cast<std::size_t>(nc);
     std::vector<double> num(sz, 0.0), den(sz, 0.0), m(sz, wkv_detail::ninf), u(sz), kb(sz), wb(sz), xb(sz), yb(sz);
@@ -65,11 +65,10 @@ struct slab_eval<Wkv<T>> {
         using P = simd::pack<double, decltype(w)::value>;
         const P k = P::load(kb.data() + j), mv = P::load(m.data() + j), uk = P::load(u.data() + j) + k;
         const P xv = P::load(xb.data() + j), nu = P::load(num.data() + j), de = P::load(den.data() + j);
-        const P mo = max(mv, uk);
-        const P e1 = exp(mv - mo), e2 = exp(uk - mo);
+        P e1, e2, mo, f1, f2, ms;
+        pair_exp(mv, uk, e1, e2, mo);
         (fma(e1, nu, e2 * xv) / fma(e1, de, e2)).store(yb.data() + j);
-        const P md = mv + P::load(wb.data() + j), ms = max(md, k);
-        const P f1 = exp(md - ms), f2 = exp(k - ms);
+        pair_exp(mv + P::load(wb.data() + j), k, f1, f2, ms);
         fma(f1, nu, f2 * xv).store(num.data() + j);
         fma(f1, de, f2).store(den.data() + j);
         ms.store(m.data() + j);
@@ -77,27 +76,74 @@ struct slab_eval<Wkv<T>> {
       for (Index j = 0; j < nc; ++j) y[t * nc + j] = T(yb[std::size_t(j)]);
     }
   }
+  // Vectorised across channels in double packs, like apply. A forward pass keeps (den, m) as apply
+  // does and records ell_t = mo + log(e^{m-mo} den + e^{u+k-mo}) for every token of the slab; the
+  // backward pass then runs G_s = e^{-ell_{s+1}} x_{s+1} + e^{w_{s+1}} G_{s+1} as (g, M) with
+  // G = g e^M, M the running maximum of the log-weights, and
+  //   y_s = e^{u + k_s - ell_s} x_s + e^{k_s + M_s} g_s.
+  // Every exponent is a difference from a maximum (<= 0); of each pair one is exactly 0, so each
+  // pair costs one exp (pair_exp).
   static void apply_t(const Wkv<T>& n, const context& cx, Index c0, Index nc, const T* x, T* y) {
-    using wkv_detail::exp_of;
-    using wkv_detail::ninf;
-    std::vector<double> ell(static_cast<std::size_t>(std::max<Index>(cx.L, 1)));
-    for (Index j = 0; j < nc; ++j) {
-      const Index c = c0 + j;
-      wkv_detail::row_log_norms(n, cx.L, c, ell.data());
-      const double u = n.u()(0, c);
-      T g = 0;  // G_s = g e^M
-      double M = ninf;
-      for (Index s = cx.L - 1; s >= 0; --s) {
-        if (s + 1 < cx.L) {  // G_s from G_{s+1}
-          const double a = -ell[std::size_t(s + 1)], b = M + double(n.decay(s + 1, c)), Mn = std::max(a, b);
-          g = x[(s + 1) * nc + j] * exp_of<T>(a - Mn) + (b == ninf ? T(0) : g * exp_of<T>(b - Mn));
-          M = Mn;
+    const Index L = cx.L;
+    const auto sz = static_cast<std::size_t>(nc);
+    std::vector<double> ell(static_cast<std::size_t>(L) * sz), den(sz, 0.0), m(sz, wkv_detail::ninf), u(sz), kb(sz), wb(sz);
+    std::vector<double> g(sz, 0.0), M(sz, wkv_detail::ninf), xb(sz), xn(sz), yb(sz);
+    for (Index j = 0; j < nc; ++j) u[std::size_t(j)] = n.u()(0, c0 + j);
+    auto load_row = [&](const coefficient<T>& src, Index t, std::vector<double>& dst) {
+      for (Index j = 0; j < nc; ++j) dst[std::size_t(j)] = src(src.rows() == 1 ? 0 : t, c0 + j);
+    };
+    for (Index t = 0; t < L; ++t) {
+      load_row(n.k(), t, kb);
+      if (t + 1 < L) load_row(n.w(), t, wb);  // the last token's state is never used
+      double* el = ell.data() + std::size_t(t) * sz;
+      simd::for_packs<double>(nc, [&](auto w, Index j) {
+        using P = simd::pack<double, decltype(w)::value>;
+        const P k = P::load(kb.data() + j), mv = P::load(m.data() + j), uk = P::load(u.data() + j) + k, de = P::load(den.data() + j);
+        P e1, e2, mo;
+        pair_exp(mv, uk, e1, e2, mo);
+        (mo + log(fma(e1, de, e2))).store(el + j);
+        if (t + 1 < L) {
+          P f1, f2, ms;
+          pair_exp(mv + P::load(wb.data() + j), k, f1, f2, ms);
+          fma(f1, de, f2).store(den.data() + j);
+          ms.store(m.data() + j);
         }
-        const double k = n.k()(s, c);
-        const T tail = M == ninf ? T(0) : exp_of<T>(k + M) * g;
-        y[s * nc + j] = exp_of<T>(u + k - ell[std::size_t(s)]) * x[s * nc + j] + tail;
-      }
+      });
     }
+    for (Index s = L - 1; s >= 0; --s) {
+      load_row(n.k(), s, kb);
+      const bool carry = s + 1 < L;  // G_s from G_{s+1}
+      if (carry) load_row(n.w(), s + 1, wb);
+      std::swap(xb, xn);  // xn: x_{s+1}, read by the previous step
+      for (Index j = 0; j < nc; ++j) xb[std::size_t(j)] = double(x[s * nc + j]);
+      const double* el = ell.data() + std::size_t(s) * sz;
+      simd::for_packs<double>(nc, [&](auto w, Index j) {
+        using P = simd::pack<double, decltype(w)::value>;
+        P gv = P::load(g.data() + j), Mv = P::load(M.data() + j);
+        if (carry) {
+          P ea, eb, Mn;
+          pair_exp(P::broadcast(0.0) - P::load(el + sz + j), Mv + P::load(wb.data() + j), ea, eb, Mn);
+          gv = fma(P::load(xn.data() + j), ea, gv * eb);
+          Mv = Mn;
+          gv.store(g.data() + j);
+          Mv.store(M.data() + j);
+        }
+        const P k = P::load(kb.data() + j);
+        fma(exp(P::load(u.data() + j) + k - P::load(el + j)), P::load(xb.data() + j), exp(k + Mv) * gv).store(yb.data() + j);
+      });
+      for (Index j = 0; j < nc; ++j) y[s * nc + j] = T(yb[std::size_t(j)]);
+    }
+  }
+
+ private:
+  /// For a pair of log-weights: mx = max(a, b) and ea = e^{a - mx}, eb = e^{b - mx}, with one exp
+  /// (the larger of the two is exactly 1). -inf against a finite value gives 0.
+  template <class P>
+  static void pair_exp(P a, P b, P& ea, P& eb, P& mx) {
+    mx = max(a, b);
+    const P e = exp(min(a, b) - mx), one = P::broadcast(1.0);
+    ea = select_ge(a, b, one, e);
+    eb = select_ge(a, b, e, one);
   }
 };
 
