@@ -68,6 +68,11 @@ TEMPLATE_TEST_CASE("wkv row (the vectorised transposed apply) matches a per-row 
       }
       check_close(dd(r), want, tolerance<T>());
       for (Index c = 0; c < D; ++c) REQUIRE(std::abs(double(r.row(c).sum()) - 1.0) < 1e-5);  // a row of a normalised matrix
+      // diag(d) W: the transposed scan then gets a different input value in every channel
+      const Mat<T> d = uniform<T>(L, D, 0.5, 2.0);
+      MatD want_d = want;
+      for (Index c = 0; c < D; ++c) want_d.row(c) *= double(d(t, c));
+      check_close(dd(Mat<T>(iattn::row(iattn::diagonal(d) * W, t))), want_d, tolerance<T>());
     }
   }
 }

@@ -83,7 +83,23 @@ struct slab_eval<Wkv<T>> {
   //   y_s = e^{u + k_s - ell_s} x_s + e^{k_s + M_s} g_s.
   // Every exponent is a difference from a maximum (<= 0); of each pair one is exactly 0, so each
   // pair costs one exp (pair_exp).
+  // The stored ell is L doubles per channel: channels are taken in groups small enough to keep it
+  // within ell_budget bytes (the whole 128-channel slab up to L = 32768, 4 channels at L = 10^6).
   static void apply_t(const Wkv<T>& n, const context& cx, Index c0, Index nc, const T* x, T* y) {
+#ifdef IATTN_WKV_ELL_BUDGET  // tests shrink it to exercise the groups
+    constexpr Index W = simd::width<double>, ell_budget = IATTN_WKV_ELL_BUDGET;
+#else
+    constexpr Index W = simd::width<double>, ell_budget = Index(32) << 20;
+#endif
+    const Index fit = ell_budget / (std::max<Index>(cx.L, 1) * Index(sizeof(double)));
+    const Index group = std::min(nc, std::max(W, fit / W * W));
+    for (Index j0 = 0; j0 < nc; j0 += group)
+      apply_t_group(n, cx, c0 + j0, std::min(group, nc - j0), x + j0, y + j0, nc);
+  }
+
+ private:
+  // apply_t on channels [c0, c0 + nc) whose x and y rows are ld entries apart.
+  static void apply_t_group(const Wkv<T>& n, const context& cx, Index c0, Index nc, const T* x, T* y, Index ld) {
     const Index L = cx.L;
     const auto sz = static_cast<std::size_t>(nc);
     std::vector<double> ell(static_cast<std::size_t>(L) * sz), den(sz, 0.0), m(sz, wkv_detail::ninf), u(sz), kb(sz), wb(sz);
@@ -115,7 +131,7 @@ struct slab_eval<Wkv<T>> {
       const bool carry = s + 1 < L;  // G_s from G_{s+1}
       if (carry) load_row(n.w(), s + 1, wb);
       std::swap(xb, xn);  // xn: x_{s+1}, read by the previous step
-      for (Index j = 0; j < nc; ++j) xb[std::size_t(j)] = double(x[s * nc + j]);
+      for (Index j = 0; j < nc; ++j) xb[std::size_t(j)] = double(x[s * ld + j]);
       const double* el = ell.data() + std::size_t(s) * sz;
       simd::for_packs<double>(nc, [&](auto w, Index j) {
         using P = simd::pack<double, decltype(w)::value>;
@@ -131,11 +147,10 @@ struct slab_eval<Wkv<T>> {
         const P k = P::load(kb.data() + j);
         fma(exp(P::load(u.data() + j) + k - P::load(el + j)), P::load(xb.data() + j), exp(k + Mv) * gv).store(yb.data() + j);
       });
-      for (Index j = 0; j < nc; ++j) y[s * nc + j] = T(yb[std::size_t(j)]);
+      for (Index j = 0; j < nc; ++j) y[s * ld + j] = T(yb[std::size_t(j)]);
     }
   }
 
- private:
   /// For a pair of log-weights: mx = max(a, b) and ea = e^{a - mx}, eb = e^{b - mx}, with one exp
   /// (the larger of the two is exactly 1). -inf against a finite value gives 0.
   template <class P>
