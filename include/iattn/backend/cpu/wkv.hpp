@@ -41,8 +41,6 @@ void row_log_norms(const Wkv<T>& n, Index L, Index c, double* ell) {
     A = logaddexp(A + double(n.decay(t, c)), k);
   }
 }
-template <class T>
-T exp_of(double v) { return T(std::exp(v)); }
 }  // namespace wkv_detail
 
 template <class T>
