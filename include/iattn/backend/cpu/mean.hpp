@@ -33,6 +33,7 @@
 #include "../../ops/semiseparable.hpp"
 #include "../../ops/sum.hpp"
 #include "decay_tiles.hpp"
+#include "gemm.hpp"
 #include "parallel.hpp"
 #include "product.hpp"
 #include "simd.hpp"
@@ -158,10 +159,16 @@ class mean_core_term {
   }
 
   void accumulate(Matrix<T>& out) {
-    const Index M = Dc_ * N_;
-    for (Matrix<T>* a : {&lam_, &fac_, &uf_, &bf_, &vz_, &ut_, &vt_}) a->resize(L_, M);
+    // Rows padded to whole packs, and off multiples of 1 KiB so the product kernel's B rows do not
+    // share L1 sets.
+    constexpr Index W = simd::width<T>;
+    Index M = (Dc_ * N_ + W - 1) / W * W;
+    if ((M * Index(sizeof(T))) % 1024 == 0) M += W;
+    ut_.resize(L_, M);
+    vt_.resize(L_, M);
     const Index nb = (L_ + mean_block - 1) / mean_block;
     blk_.resize(nb, M);
+    lam0_.resize(nb, M);
     bufs_.assign(std::size_t(max_threads()), buffers{});
     for (Index c0 = 0; c0 < D_; c0 += Dc_) {
       dc_ = std::min(Dc_, D_ - c0);
@@ -173,14 +180,7 @@ class mean_core_term {
           for (Index lag = 0; lag < K_; ++lag) taps_[std::size_t(lag * m_ + j * N_ + m)] = tap(lag, c0 + j);
           if (term_.S && term_.S->has_bonus()) bonus_[std::size_t(j * N_ + m)] = term_.S->bonus()(term_.S->head_of(c0 + j), m);
         }
-      parallel_for(nb, [&](Index b) { fill(c0, b * mean_block, std::min(L_, (b + 1) * mean_block)); });
-      parallel_for(nb, [&](Index b) {
-        for (Index t = b * mean_block; t < std::min(L_, (b + 1) * mean_block); ++t) {
-          band(t, out);
-          inject(t);
-        }
-        edges(b);
-      });
+      parallel_for(nb, [&](Index b) { token_block(c0, b, out); });
       parallel_for(nb, [&](Index k) { row_block(nb - 1 - k, out); });  // longest rows first
     }
   }
@@ -189,14 +189,51 @@ class mean_core_term {
   template <int W>
   using Pk = simd::pack<T, W>;
 
-  // Rows [t0, t1) of lam, fac, uf, bf; inner index i = j * N + m for channel c0 + j and state m.
-  void fill(Index c0, Index t0, Index t1) {
+  // The per-token rows of one token block and its neighbours (K - 1 before, delta after), in a
+  // buffer of the thread that works on the block, so they stay in its cache from the pass that
+  // computes them to the diagonal block: log-decay lam, factor fac = Policy::factor(lam), left
+  // and right factors uf = P C and bf = Q B, injection vz (see the header comment).
+  struct window {
+    Index base = 0, ld = 0;
+    std::vector<T> data;
+    void reset(Index t0, Index t1, Index m) {
+      base = t0;
+      ld = m;
+      if (data.size() < std::size_t(5 * (t1 - t0) * m)) data.resize(std::size_t(5 * (t1 - t0) * m));
+    }
+    T* at(int a, Index t) { return data.data() + (5 * (t - base) + a) * ld; }
+    T* lam(Index t) { return at(0, t); }
+    T* fac(Index t) { return at(1, t); }
+    T* uf(Index t) { return at(2, t); }
+    T* bf(Index t) { return at(3, t); }
+    T* vz(Index t) { return at(4, t); }
+  };
+
+  // Token block b: its window, the band and injections of its tokens, its edges for the products
+  // below it, and its diagonal block.
+  void token_block(Index c0, Index b, Matrix<T>& out) {
+    const Index b0 = b * mean_block, b1 = std::min(L_, b0 + mean_block);
+    buffers& bu = local();
+    window& w = bu.win;
+    const Index t0 = std::max<Index>(0, b0 - (K_ - 1)), t1 = std::min(L_, b1 + delta_);
+    w.reset(t0, t1, ut_.cols());
+    fill(c0, t0, t1, w);
+    for (Index t = b0; t < b1; ++t) {
+      band(t, out, w);
+      inject(t, w);
+    }
+    edges(b, w);
+    diagonal_block(b0, b1, out, bu, w);
+  }
+
+  // Rows [t0, t1) of the window; inner index i = j * N + m for channel c0 + j and state m.
+  void fill(Index c0, Index t0, Index t1, window& w) {
     const auto* S = term_.S;
     const auto* R = term_.R;
     for (Index t = t0; t < t1; ++t) {
-      T* lam = lam_.row(t).data();
-      T* uf = uf_.row(t).data();
-      T* bf = bf_.row(t).data();
+      T* lam = w.lam(t);
+      T* uf = w.uf(t);
+      T* bf = w.bf(t);
       for (Index j = 0; j < dc_; ++j) {
         const Index c = c0 + j, o = j * N_;
         const T post = diag_at(term_.post, t, c), pre = diag_at(term_.pre, t, c);
@@ -223,7 +260,7 @@ class mean_core_term {
           bf[o] = pre * R->b()(t, c);
         }
       }
-      factor_row(lam, fac_.row(t).data());
+      factor_row(lam, w.fac(t));
     }
   }
 
@@ -239,21 +276,21 @@ class mean_core_term {
 
   // Row t of the Kb = K - 1 + delta diagonals nearest the main one, summed directly:
   //   out[t, s'] += scale sum_c sum_{lag: s'+lag <= t} tap(lag, c) (P S^c Q)[t, s'+lag].
-  void band(Index t, Matrix<T>& out) {
+  void band(Index t, Matrix<T>& out, window& w) {
     const Index Kb = K_ - 1 + delta_;
     if (Kb == 0) return;
     buffers& b = local();
     T* acc = sized(b.acc, m_);
     T* sv = sized(b.sv, Kb * m_);  // sv[ls][i] = U[t, i] E(s+1 .. t)[i] B[s, i], s = t - ls
     std::fill(acc, acc + m_, T(1));
-    const T* uf = uf_.row(t).data();
+    const T* uf = w.uf(t);
     for (Index ls = 0; ls < Kb && ls <= t; ++ls) {
       const Index s = t - ls;
       if ((!strict_ && ls >= 1) || (strict_ && ls >= 2)) {  // acc = E(s+1 .. t) (strict: .. t-1)
-        const T* f = fac_.row(s + 1).data();
+        const T* f = w.fac(s + 1);
         for (Index i = 0; i < m_; ++i) acc[i] *= f[i];
       }
-      const T* bf = bf_.row(s).data();
+      const T* bf = w.bf(s);
       const T* e = (strict_ && ls == 0) ? bonus_.data() : acc;
       T* row = sv + ls * m_;
       for (Index i = 0; i < m_; ++i) row[i] = uf[i] * e[i] * bf[i];
@@ -276,45 +313,46 @@ class mean_core_term {
 
   // vz[sigma] = z_sigma for sigma >= K-1 (zero below), by Horner from the oldest lag:
   //   z = (..(tap(0) Q B[s']) f[s'+1] + tap(1) Q B[s'+1]) f[s'+2] + .. + tap(K-1) Q B[sigma].
-  void inject(Index sigma) {
-    T* z = vz_.row(sigma).data();
+  void inject(Index sigma, window& w) {
+    T* z = w.vz(sigma);
     if (sigma < K_ - 1) {
       std::fill(z, z + m_, T(0));
       return;
     }
     const Index s0 = sigma - (K_ - 1);  // s' of this injection; the oldest tap decays the most
-    const T* bf = bf_.row(s0).data();
+    const T* bf = w.bf(s0);
     for (Index i = 0; i < m_; ++i) z[i] = taps_[std::size_t(i)] * bf[i];
     for (Index lag = 1; lag < K_; ++lag) {
       const Index s = s0 + lag;
-      const T* f = fac_.row(s).data();
+      const T* f = w.fac(s);
       const T* tk = taps_.data() + lag * m_;
-      bf = bf_.row(s).data();
+      bf = w.bf(s);
       for (Index i = 0; i < m_; ++i) z[i] = z[i] * f[i] + tk[i] * bf[i];
     }
   }
 
   // Block b: ut forward from its first token, vt backward from its last, blk = its whole decay.
-  void edges(Index b) {
-    const Index b0 = b * mean_block, b1 = std::min(L_, b0 + mean_block), M = Dc_ * N_;
+  void edges(Index b, window& w) {
+    const Index b0 = b * mean_block, b1 = std::min(L_, b0 + mean_block), M = ut_.cols();
     T* f = sized(local().f, m_);
-    refer_forward(b0, b1, ut_.row(b0).data(), M, f);
+    refer_forward(b0, b1, ut_.row(b0).data(), M, f, w);
     std::fill(f, f + m_, T(1));
-    refer_backward(b0, b1, vt_.row(b0).data(), M, f);
+    refer_backward(b0, b1, vt_.row(b0).data(), M, f, w);
+    std::copy(w.lam(b0), w.lam(b0) + m_, lam0_.row(b).data());
     T* acc = blk_.row(b).data();  // the block's whole decay, kept as a sum of log-decays
     std::fill(acc, acc + m_, Policy::template neutral<T>());
-    for (Index s = b0; s < b1; ++s) combine(acc, lam_.row(s).data());
+    for (Index s = b0; s < b1; ++s) combine(acc, w.lam(s));
   }
 
   // dst row t - t0 = U[t] E(t0+1 .. t) for t in [t0, t1) (zero past the output), f the running product
   // of at most mean_block per-token factors.
-  void refer_forward(Index t0, Index t1, T* dst, Index ld, T* f) const {
+  void refer_forward(Index t0, Index t1, T* dst, Index ld, T* f, window& w) const {
     std::fill(f, f + m_, T(1));
     for (Index t = t0; t < t1; ++t) {
-      if (t > t0) multiply(f, fac_.row(t).data());
+      if (t > t0) multiply(f, w.fac(t));
       T* d = dst + (t - t0) * ld;
       if (t + delta_ < L_) {
-        const T* u = uf_.row(t + delta_).data();
+        const T* u = w.uf(t + delta_);
         for (Index i = 0; i < m_; ++i) d[i] = u[i] * f[i];
       } else {
         std::fill(d, d + m_, T(0));
@@ -322,12 +360,12 @@ class mean_core_term {
     }
   }
   // dst row s - a = z_s f E(s+1 .. e-1) for s in [a, e), backwards; f holds the factor at e on entry.
-  void refer_backward(Index a, Index e, T* dst, Index ld, T* f) const {
+  void refer_backward(Index a, Index e, T* dst, Index ld, T* f, window& w) const {
     for (Index s = e - 1; s >= a; --s) {
-      const T* z = vz_.row(s).data();
+      const T* z = w.vz(s);
       T* d = dst + (s - a) * ld;
       for (Index i = 0; i < m_; ++i) d[i] = z[i] * f[i];
-      multiply(f, fac_.row(s).data());
+      multiply(f, w.fac(s));
     }
   }
 
@@ -347,7 +385,9 @@ class mean_core_term {
 
   // Per-thread buffers, kept across row blocks (fresh allocations would page-fault every time).
   struct buffers {
-    std::vector<T> w, up, vp, acc, f, sv;
+    std::vector<T> ws, up, vp, acc, f, sv;
+    gemm_scratch<T> g;
+    window win;
   };
   buffers& local() { return bufs_[std::min(std::size_t(thread_index()), bufs_.size() - 1)]; }
   static T* sized(std::vector<T>& v, Index n) {
@@ -355,58 +395,65 @@ class mean_core_term {
     return v.data();
   }
 
-  // out[t'+delta, sigma-K+1] += scale (U V^T)[t', sigma] for t' in [r0, r0+nr), sigma in [q0, q0+nq):
-  // U, V row-major with row stride ld; rows past the output and columns before K-1 are cut off.
-  void gemm_into(Matrix<T>& out, const T* U, Index r0, Index nr, const T* V, Index q0, Index nq, Index ld) const {
-    nr = std::min(nr, L_ - delta_ - r0);
+  // out[t'+delta, sigma-K+1] += scale (U V^T)[t', sigma] for t' in [r0, r0+nr), sigma in [q0, q0+nq),
+  // U given packed (gemm_pack_a of its nr rows), V row-major with row stride ld; rows past the
+  // output and columns before K-1 are cut off.
+  void product(Matrix<T>& out, const T* up, Index r0, Index nr, const T* V, Index q0, Index nq, Index ld,
+               gemm_scratch<T>& g) const {
+    const Index rows = std::min(nr, L_ - delta_ - r0);
     const Index cut = std::max<Index>(0, (K_ - 1) - q0);
-    if (nr <= 0 || nq - cut <= 0) return;
-    Eigen::Map<Matrix<T>, 0, Eigen::OuterStride<>> dst(out.data() + (r0 + delta_) * L_ + (q0 + cut - (K_ - 1)), nr,
-                                                       nq - cut, Eigen::OuterStride<>(L_));
-    Eigen::Map<const Matrix<T>, 0, Eigen::OuterStride<>> u(U, nr, m_, Eigen::OuterStride<>(ld));
-    Eigen::Map<const Matrix<T>, 0, Eigen::OuterStride<>> v(V + cut * ld, nq - cut, m_, Eigen::OuterStride<>(ld));
-    dst.noalias() += (scale_ * u) * v.transpose();
+    if (rows <= 0 || nq - cut <= 0) return;
+    T* ct = gemm_scratch<T>::sized(g.ct, gemm_padded_rows<T>(nr) * nq);
+    gemm_tile(nr, nq, m_, up, V, ld, ct);
+    // column q of the tile is out column q0 + q - (K-1), q >= cut
+    T* dst = out.data() + (r0 + delta_) * L_ + (q0 + cut - (K_ - 1));
+    gemm_add_transposed(ct + cut * gemm_padded_rows<T>(nr), nr, 0, rows, 0, nq - cut, scale_, dst, L_);
   }
 
-  // Row block I of G: one GEMM against every column block J < I, then the diagonal block.
+  // Row block I of G: against every column block J < I with V's rows scaled by the decay between
+  // the blocks (written once per pair into a buffer the kernel reads in L2), then the diagonal block.
   void row_block(Index I, Matrix<T>& out) {
-    const Index i0 = I * mean_block, i1 = std::min(L_, i0 + mean_block), M = Dc_ * N_;
+    const Index i0 = I * mean_block, i1 = std::min(L_, i0 + mean_block), M = ut_.cols();
     buffers& b = local();
     T* acc = sized(b.acc, m_);
     T* f = sized(b.f, m_);
     if (I > 0) {
-      T* w = sized(b.w, i0 * M);
-      std::copy(lam_.row(i0).data(), lam_.row(i0).data() + m_, acc);  // E(j1 .. i0) for J = I-1
+      T* up = sized(b.up, gemm_padded_rows<T>(i1 - i0) * m_);
+      gemm_pack_a(ut_.row(i0).data(), M, i1 - i0, m_, up);
+      T* ws = sized(b.ws, mean_block * M);
+      std::copy(lam0_.row(I).data(), lam0_.row(I).data() + m_, acc);  // E(j1 .. i0) for J = I-1
       for (Index J = I - 1; J >= 0; --J) {
         const Index j0 = J * mean_block;
         factor_row(acc, f);
         for (Index s = j0; s < j0 + mean_block; ++s) {
           const T* vt = vt_.row(s).data();
-          T* ws = w + s * M;
-          for (Index i = 0; i < m_; ++i) ws[i] = vt[i] * f[i];
+          T* w = ws + (s - j0) * M;
+          simd::for_packs<T>(m_, [&](auto wd, Index i) {
+            using P = Pk<decltype(wd)::value>;
+            (P::load(vt + i) * P::load(f + i)).store(w + i);
+          });
         }
+        product(out, up, i0, i1 - i0, ws, j0, mean_block, M, b.g);
         combine(acc, blk_.row(J).data());
       }
-      gemm_into(out, ut_.row(i0).data(), i0, i1 - i0, w, 0, i0, M);
     }
-    diagonal_block(i0, i1, out, b);
   }
 
   // G[t', sigma] for a <= sigma <= t' < e: split in two, the lower-left quadrant a GEMM with both
   // sides referred to the split point, each half recursively; 8 tokens or fewer directly.
-  void diagonal_block(Index a, Index e, Matrix<T>& out, buffers& b) {
-    const Index n = e - a, M = Dc_ * N_;
+  void diagonal_block(Index a, Index e, Matrix<T>& out, buffers& b, window& w) {
+    const Index n = e - a, M = ut_.cols();
     T* acc = sized(b.acc, m_);
     T* f = sized(b.f, m_);
     if (n <= 8) {
       for (Index sigma = std::max(a, K_ - 1); sigma < e; ++sigma) {
-        std::copy(vz_.row(sigma).data(), vz_.row(sigma).data() + m_, acc);
+        std::copy(w.vz(sigma), w.vz(sigma) + m_, acc);
         for (Index tp = sigma; tp < e && tp + delta_ < L_; ++tp) {
           if (tp > sigma) {
-            const T* ft = fac_.row(tp).data();
+            const T* ft = w.fac(tp);
             for (Index i = 0; i < m_; ++i) acc[i] *= ft[i];
           }
-          const T* u = uf_.row(tp + delta_).data();
+          const T* u = w.uf(tp + delta_);
           const T v = simd::sum_packs<T>(m_, [&](auto w, Index i) {
             using P = Pk<decltype(w)::value>;
             return P::load(u + i) * P::load(acc + i);
@@ -417,22 +464,24 @@ class mean_core_term {
       return;
     }
     const Index h = ((n + 15) / 16) * 8, mid = a + h;
-    T* up = sized(b.up, (e - mid) * M);
+    T* ur = sized(b.ws, (e - mid) * M);
     T* vp = sized(b.vp, h * M);
-    // up[t'] = U[t'] E(mid+1 .. t'); vp[sigma] = z_sigma E(sigma+1 .. mid)
-    refer_forward(mid, e, up, M, f);
-    std::copy(fac_.row(mid).data(), fac_.row(mid).data() + m_, f);
-    refer_backward(a, mid, vp, M, f);
-    gemm_into(out, up, mid, e - mid, vp, a, h, M);
-    diagonal_block(a, mid, out, b);
-    diagonal_block(mid, e, out, b);
+    // ur[t'] = U[t'] E(mid+1 .. t'); vp[sigma] = z_sigma E(sigma+1 .. mid)
+    refer_forward(mid, e, ur, M, f, w);
+    std::copy(w.fac(mid), w.fac(mid) + m_, f);
+    refer_backward(a, mid, vp, M, f, w);
+    T* up = sized(b.up, gemm_padded_rows<T>(e - mid) * m_);
+    gemm_pack_a(ur, M, e - mid, m_, up);
+    product(out, up, mid, e - mid, vp, a, h, M, b.g);
+    diagonal_block(a, mid, out, b, w);
+    diagonal_block(mid, e, out, b, w);
   }
 
   const mean_term<T>& term_;
   Index L_, D_, N_, K_, Dc_, dc_ = 0, m_ = 0, delta_;
   bool strict_;
   T scale_;
-  Matrix<T> lam_, fac_, uf_, bf_, vz_, ut_, vt_, blk_;
+  Matrix<T> ut_, vt_, blk_, lam0_;  // ut, vt (L, M); per token block: its whole decay, its first lam
   std::vector<T> taps_, bonus_;  // (K, m) convolution taps and (m) bonus of the current chunk
   std::vector<buffers> bufs_;
 };

@@ -1,0 +1,130 @@
+// iattn/backend/cpu/gemm.hpp: the product kernel of the mean path, out += alpha A B^T for
+// row-major A (m, k) and B (n, k) whose rows run along the inner dimension k.
+//
+// A is packed once, k-major, in panels of gemm_mr = 2 packs of rows; B is read in place, one
+// element of each of gemm_nr rows broadcast per step; a micro-tile keeps gemm_mr x gemm_nr sums in
+// 2 gemm_nr = 12 pack registers (one pack load per 6 multiply-adds, and nothing of B needs
+// packing, so a caller that rescales B's columns per product writes the scaled rows once and the
+// kernel reads them). The micro-tiles accumulate into a column-major scratch tile, added to out
+// transposed at the end. The scaling of B and the packing of A are the callers' O((m + n) k) work
+// per O(m n k) of products.
+#pragma once
+
+#include "simd.hpp"
+
+#include <algorithm>
+#include <vector>
+
+namespace iattn::cpu_detail {
+
+template <class T>
+inline constexpr Index gemm_mr = 2 * simd::width<T>;  ///< rows of A per micro-tile (packed panel)
+inline constexpr Index gemm_nr = 6;                   ///< rows of B per micro-tile (broadcast)
+
+/// Scratch of one thread: the packed A and the column-major tile.
+template <class T>
+struct gemm_scratch {
+  std::vector<T> ap, ct;
+  static T* sized(std::vector<T>& v, Index n) {
+    if (v.size() < std::size_t(n)) v.resize(std::size_t(n));
+    return v.data();
+  }
+};
+
+/// Rows of A rounded up to whole panels.
+template <class T>
+inline Index gemm_padded_rows(Index m) {
+  return (m + gemm_mr<T> - 1) / gemm_mr<T> * gemm_mr<T>;
+}
+
+/// ap = rows [0, m) of A (row stride lda), k-major in panels of gemm_mr rows: panel q holds
+/// ap[q * gemm_mr * k + p * gemm_mr + r] = A[(q * gemm_mr + r) * lda + p], zero past row m.
+template <class T>
+void gemm_pack_a(const T* A, Index lda, Index m, Index k, T* ap) {
+  constexpr Index MR = gemm_mr<T>;
+  for (Index q = 0; q * MR < m; ++q) {
+    T* dst = ap + q * MR * k;
+    const Index rows = std::min(MR, m - q * MR);
+    for (Index r = 0; r < rows; ++r) {
+      const T* src = A + (q * MR + r) * lda;
+      for (Index p = 0; p < k; ++p) dst[p * MR + r] = src[p];
+    }
+    for (Index r = rows; r < MR; ++r)
+      for (Index p = 0; p < k; ++p) dst[p * MR + r] = T(0);
+  }
+}
+
+// ct[c * ldt + r] += sum_p ap[p * MR + r] B[c * ldb + p] for one panel, NR columns.
+template <class T, int NR>
+inline void gemm_micro(Index k, const T* ap, const T* B, Index ldb, T* ct, Index ldt) {
+  constexpr int W = simd::width<T>;
+  using P = simd::pack<T, W>;
+  P acc[2][NR];
+  for (int c = 0; c < NR; ++c) acc[0][c] = acc[1][c] = P::broadcast(T(0));
+  const T* b[NR];
+  for (int c = 0; c < NR; ++c) b[c] = B + c * ldb;
+  for (Index p = 0; p < k; ++p) {
+    const P a0 = P::load(ap + p * 2 * W), a1 = P::load(ap + p * 2 * W + W);
+    for (int c = 0; c < NR; ++c) {
+      const P bc = P::broadcast(b[c][p]);
+      acc[0][c] = fma(a0, bc, acc[0][c]);
+      acc[1][c] = fma(a1, bc, acc[1][c]);
+    }
+  }
+  for (int c = 0; c < NR; ++c) {
+    (P::load(ct + c * ldt) + acc[0][c]).store(ct + c * ldt);
+    (P::load(ct + c * ldt + W) + acc[1][c]).store(ct + c * ldt + W);
+  }
+}
+
+template <class T>
+inline void gemm_micro_tail(Index nr, Index k, const T* ap, const T* B, Index ldb, T* ct, Index ldt) {
+  switch (nr) {
+    case 5: gemm_micro<T, 5>(k, ap, B, ldb, ct, ldt); break;
+    case 4: gemm_micro<T, 4>(k, ap, B, ldb, ct, ldt); break;
+    case 3: gemm_micro<T, 3>(k, ap, B, ldb, ct, ldt); break;
+    case 2: gemm_micro<T, 2>(k, ap, B, ldb, ct, ldt); break;
+    case 1: gemm_micro<T, 1>(k, ap, B, ldb, ct, ldt); break;
+    default: break;
+  }
+}
+
+/// ct (column-major, ldt = gemm_padded_rows(m)) = ap B^T for B's rows [0, n) (row stride ldb).
+template <class T>
+void gemm_tile(Index m, Index n, Index k, const T* ap, const T* B, Index ldb, T* ct) {
+  const Index ldt = gemm_padded_rows<T>(m);
+  std::fill(ct, ct + ldt * n, T(0));
+  for (Index q = 0; q * gemm_mr<T> < m; ++q) {  // one panel of A stays in L1 while B streams past
+    const T* a = ap + q * gemm_mr<T> * k;
+    T* c = ct + q * gemm_mr<T>;
+    Index j = 0;
+    for (; j + gemm_nr <= n; j += gemm_nr) gemm_micro<T, int(gemm_nr)>(k, a, B + j * ldb, ldb, c + j * ldt, ldt);
+    if (j < n) gemm_micro_tail<T>(n - j, k, a, B + j * ldb, ldb, c + j * ldt, ldt);
+  }
+}
+
+/// out[i * ldo + j] += alpha ct[j * ldt + i] for i in [i0, i1), j in [j0, j1) (ldt as in gemm_tile).
+template <class T>
+void gemm_add_transposed(const T* ct, Index m, Index i0, Index i1, Index j0, Index j1, T alpha, T* out, Index ldo) {
+  const Index ldt = gemm_padded_rows<T>(m);
+  constexpr Index S = 8;  // square sub-blocks keep both sides' lines in L1
+  for (Index ib = i0; ib < i1; ib += S)
+    for (Index jb = j0; jb < j1; jb += S)
+      for (Index i = ib; i < std::min(i1, ib + S); ++i)
+        for (Index j = jb; j < std::min(j1, jb + S); ++j) out[i * ldo + j] += alpha * ct[j * ldt + i];
+}
+
+/// out[i * ldo + j] += alpha sum_p A[i * lda + p] B[j * ldb + p] for i < m, j < n, p < k.
+template <class T>
+void gemm_nt(Index m, Index n, Index k, T alpha, const T* A, Index lda, const T* B, Index ldb, T* out, Index ldo,
+             gemm_scratch<T>& s) {
+  if (m <= 0 || n <= 0) return;
+  const Index mp = gemm_padded_rows<T>(m);
+  T* ap = gemm_scratch<T>::sized(s.ap, mp * k);
+  T* ct = gemm_scratch<T>::sized(s.ct, mp * n);
+  gemm_pack_a(A, lda, m, k, ap);
+  gemm_tile(m, n, k, ap, B, ldb, ct);
+  gemm_add_transposed(ct, m, 0, m, 0, n, alpha, out, ldo);
+}
+
+}  // namespace iattn::cpu_detail
