@@ -180,7 +180,14 @@ class mean_core_term {
           for (Index lag = 0; lag < K_; ++lag) taps_[std::size_t(lag * m_ + j * N_ + m)] = tap(lag, c0 + j);
           if (term_.S && term_.S->has_bonus()) bonus_[std::size_t(j * N_ + m)] = term_.S->bonus()(term_.S->head_of(c0 + j), m);
         }
-      parallel_for(nb, [&](Index b) { token_block(c0, b, out); });
+      c0_ = c0;
+      head_.resize(std::size_t(dc_));
+      group_.resize(std::size_t(dc_));
+      for (Index j = 0; j < dc_ && term_.S; ++j) {
+        head_[std::size_t(j)] = term_.S->head_of(c0 + j);
+        group_[std::size_t(j)] = term_.S->group_of_head(head_[std::size_t(j)]) * N_;
+      }
+      parallel_for(nb, [&](Index b) { token_block(b, out); });
       parallel_for(nb, [&](Index k) { row_block(nb - 1 - k, out); });  // longest rows first
     }
   }
@@ -211,13 +218,13 @@ class mean_core_term {
 
   // Token block b: its window, the band and injections of its tokens, its edges for the products
   // below it, and its diagonal block.
-  void token_block(Index c0, Index b, Matrix<T>& out) {
+  void token_block(Index b, Matrix<T>& out) {
     const Index b0 = b * mean_block, b1 = std::min(L_, b0 + mean_block);
     buffers& bu = local();
     window& w = bu.win;
     const Index t0 = std::max<Index>(0, b0 - (K_ - 1)), t1 = std::min(L_, b1 + delta_);
     w.reset(t0, t1, ut_.cols());
-    fill(c0, t0, t1, w);
+    fill(t0, t1, w);
     for (Index t = b0; t < b1; ++t) {
       band(t, out, w);
       inject(t, w);
@@ -226,38 +233,49 @@ class mean_core_term {
     diagonal_block(b0, b1, out, bu, w);
   }
 
-  // Rows [t0, t1) of the window; inner index i = j * N + m for channel c0 + j and state m.
-  void fill(Index c0, Index t0, Index t1, window& w) {
+  // Rows [t0, t1) of the window; inner index i = j * N + m for channel c0 + j and state m. The
+  // per-channel offsets into the coefficients (head, group) come from the chunk's tables.
+  void fill(Index t0, Index t1, window& w) {
     const auto* S = term_.S;
     const auto* R = term_.R;
+    const Index c0 = c0_;
+    auto diag_row = [&](const Matrix<T>& d, Index t) -> const T* {
+      return d.size() == 0 ? nullptr : d.data() + (d.rows() == 1 ? 0 : t) * d.cols() + c0;
+    };
     for (Index t = t0; t < t1; ++t) {
       T* lam = w.lam(t);
       T* uf = w.uf(t);
       T* bf = w.bf(t);
-      for (Index j = 0; j < dc_; ++j) {
-        const Index c = c0 + j, o = j * N_;
-        const T post = diag_at(term_.post, t, c), pre = diag_at(term_.pre, t, c);
-        if (S) {
-          const Index h = S->head_of(c), g = S->group_of_head(h) * N_;
-          const T* B = S->B().row(t) + g;
-          const T* C = S->C().row(t) + g;
+      const T* post = diag_row(term_.post, t);
+      const T* pre = diag_row(term_.pre, t);
+      if (S) {
+        const T* B = S->B().row(t);
+        const T* C = S->C().row(t);
+        const T* lrow = S->lambda().row(t);
+        for (Index j = 0; j < dc_; ++j) {
+          const Index o = j * N_, h = head_[std::size_t(j)], g = group_[std::size_t(j)];
+          const T p = post ? post[j] : T(1), q = pre ? pre[j] : T(1);
           if (S->factored()) {
-            const T d = S->lambda()(t, h);
+            const T d = lrow[h];
             const T* rate = S->decay_rate().row(h);
             for (Index m = 0; m < N_; ++m) lam[o + m] = d * rate[m];
           } else if (S->per_state()) {
-            std::copy(S->lambda().row(t) + h * N_, S->lambda().row(t) + (h + 1) * N_, lam + o);
+            std::copy(lrow + h * N_, lrow + (h + 1) * N_, lam + o);
           } else {
-            std::fill(lam + o, lam + o + N_, S->lambda()(t, h));
+            std::fill(lam + o, lam + o + N_, lrow[h]);
           }
           for (Index m = 0; m < N_; ++m) {
-            uf[o + m] = post * C[m];
-            bf[o + m] = pre * B[m];
+            uf[o + m] = p * C[g + m];
+            bf[o + m] = q * B[g + m];
           }
-        } else {
-          lam[o] = R->a()(t, c);
-          uf[o] = post;
-          bf[o] = pre * R->b()(t, c);
+        }
+      } else {
+        const T* a = R->a().row(t) + c0;
+        const T* bb = R->b().row(t) + c0;
+        for (Index j = 0; j < dc_; ++j) {
+          lam[j] = a[j];
+          uf[j] = post ? post[j] : T(1);
+          bf[j] = (pre ? pre[j] : T(1)) * bb[j];
         }
       }
       factor_row(lam, w.fac(t));
@@ -478,7 +496,8 @@ class mean_core_term {
   }
 
   const mean_term<T>& term_;
-  Index L_, D_, N_, K_, Dc_, dc_ = 0, m_ = 0, delta_;
+  Index L_, D_, N_, K_, Dc_, c0_ = 0, dc_ = 0, m_ = 0, delta_;
+  std::vector<Index> head_, group_;  // per channel of the chunk: its head, its group's first column
   bool strict_;
   T scale_;
   Matrix<T> ut_, vt_, blk_, lam0_;  // ut, vt (L, M); per token block: its whole decay, its first lam
