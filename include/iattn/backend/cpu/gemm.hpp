@@ -89,13 +89,14 @@ inline void gemm_micro_tail(Index nr, Index k, const T* ap, const T* B, Index ld
   }
 }
 
-/// ct (column-major, ldt = gemm_padded_rows(m)) = ap B^T for B's rows [0, n) (row stride ldb).
+/// ct (column-major, ldt = gemm_padded_rows(m)) += ap B^T for B's rows [0, n) (row stride ldb),
+/// k long; the panels of ap are panel_stride apart (gemm_mr * k when ap holds exactly these k
+/// columns; a slice [p0, p0 + k) of a longer packing starts at ap + p0 * gemm_mr).
 template <class T>
-void gemm_tile(Index m, Index n, Index k, const T* ap, const T* B, Index ldb, T* ct) {
+void gemm_tile_add(Index m, Index n, Index k, const T* ap, Index panel_stride, const T* B, Index ldb, T* ct) {
   const Index ldt = gemm_padded_rows<T>(m);
-  std::fill(ct, ct + ldt * n, T(0));
   for (Index q = 0; q * gemm_mr<T> < m; ++q) {  // one panel of A stays in L1 while B streams past
-    const T* a = ap + q * gemm_mr<T> * k;
+    const T* a = ap + q * panel_stride;
     T* c = ct + q * gemm_mr<T>;
     Index j = 0;
     for (; j + gemm_nr <= n; j += gemm_nr) gemm_micro<T, int(gemm_nr)>(k, a, B + j * ldb, ldb, c + j * ldt, ldt);
@@ -123,7 +124,8 @@ void gemm_nt(Index m, Index n, Index k, T alpha, const T* A, Index lda, const T*
   T* ap = gemm_scratch<T>::sized(s.ap, mp * k);
   T* ct = gemm_scratch<T>::sized(s.ct, mp * n);
   gemm_pack_a(A, lda, m, k, ap);
-  gemm_tile(m, n, k, ap, B, ldb, ct);
+  std::fill(ct, ct + mp * n, T(0));
+  gemm_tile_add(m, n, k, ap, gemm_mr<T> * k, B, ldb, ct);
   gemm_add_transposed(ct, m, 0, m, 0, n, alpha, out, ldo);
 }
 

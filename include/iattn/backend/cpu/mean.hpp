@@ -422,7 +422,8 @@ class mean_core_term {
     const Index cut = std::max<Index>(0, (K_ - 1) - q0);
     if (rows <= 0 || nq - cut <= 0) return;
     T* ct = gemm_scratch<T>::sized(g.ct, gemm_padded_rows<T>(nr) * nq);
-    gemm_tile(nr, nq, m_, up, V, ld, ct);
+    std::fill(ct, ct + gemm_padded_rows<T>(nr) * nq, T(0));
+    gemm_tile_add(nr, nq, m_, up, gemm_mr<T> * m_, V, ld, ct);
     // column q of the tile is out column q0 + q - (K-1), q >= cut
     T* dst = out.data() + (r0 + delta_) * L_ + (q0 + cut - (K_ - 1));
     gemm_add_transposed(ct + cut * gemm_padded_rows<T>(nr), nr, 0, rows, 0, nq - cut, scale_, dst, L_);

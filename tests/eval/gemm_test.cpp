@@ -1,0 +1,64 @@
+// The mean path's product kernel (backend/cpu/gemm.hpp) against plain loops in double: every
+// micro-tile tail (rows past a whole panel, fewer than gemm_nr columns), inner lengths with and
+// without SIMD tails, row strides larger than the rows, accumulation into existing values, a slice
+// of a longer packing, float and double. Built once for the baseline ISA and, where the compiler
+// takes -march=native, once more for the build machine's (gemm_native_test), so both pack widths run.
+#include "support/test_common.hpp"
+
+#include <iattn/backend/cpu/gemm.hpp>
+
+using namespace test;
+using iattn::cpu_detail::gemm_mr;
+using iattn::cpu_detail::gemm_nr;
+
+namespace {
+
+template <class T>
+void check_gemm(Index m, Index n, Index k) {
+  INFO("m = " << m << ", n = " << n << ", k = " << k << ", gemm_mr = " << gemm_mr<T>);
+  const Index lda = k + 3, ldb = k + 5, ldo = n + 2;
+  const Mat<T> A = normal<T>(m, lda), B = normal<T>(n, ldb), O = normal<T>(m, ldo);
+  const T alpha = T(0.75);
+  Mat<T> out = O;
+  iattn::cpu_detail::gemm_scratch<T> s;
+  iattn::cpu_detail::gemm_nt<T>(m, n, k, alpha, A.data(), lda, B.data(), ldb, out.data(), ldo, s);
+  MatD ref = dd(O);
+  for (Index i = 0; i < m; ++i)
+    for (Index j = 0; j < n; ++j) {
+      double v = 0;
+      for (Index p = 0; p < k; ++p) v += double(A(i, p)) * double(B(j, p));
+      ref(i, j) += double(alpha) * v;
+    }
+  check_close(out, ref, std::is_same_v<T, float> ? 1e-5 * std::sqrt(double(k + 1)) : 1e-13 * std::sqrt(double(k + 1)));
+}
+
+}  // namespace
+
+TEST_CASE("gemm: every micro-tile tail and inner length", "[gemm]") {
+  for (Index m : {Index(1), gemm_mr<float> - 1, gemm_mr<float>, gemm_mr<float> + 1, Index(33), Index(64)})
+    for (Index n : {Index(1), gemm_nr - 1, gemm_nr, gemm_nr + 1, Index(13), Index(64)})
+      for (Index k : {Index(0), Index(1), Index(7), Index(8), Index(9), Index(64), Index(257)}) {
+        check_gemm<float>(m, n, k);
+        check_gemm<double>(m, n, k);
+      }
+}
+
+TEST_CASE("gemm: a slice of a longer packing accumulates into the tile", "[gemm]") {
+  using namespace iattn::cpu_detail;
+  const Index m = 21, n = 11, k = 50, p0 = 13, kc = 24;
+  const MatD A = normal<double>(m, k), B = normal<double>(n, k);
+  std::vector<double> ap(std::size_t(gemm_padded_rows<double>(m) * k));
+  gemm_pack_a(A.data(), k, m, k, ap.data());
+  const Index ldt = gemm_padded_rows<double>(m);
+  std::vector<double> ct(std::size_t(ldt * n), 1.0);
+  gemm_tile_add(m, n, kc, ap.data() + p0 * gemm_mr<double>, gemm_mr<double> * k, B.data() + p0, k, ct.data());
+  for (Index i = 0; i < m; ++i)
+    for (Index j = 0; j < n; ++j) {
+      double v = 1.0;
+      for (Index p = p0; p < p0 + kc; ++p) v += A(i, p) * B(j, p);
+      INFO("i = " << i << ", j = " << j);
+      REQUIRE(std::abs(ct[std::size_t(j * ldt + i)] - v) <= 1e-12 * (1 + std::abs(v)));
+    }
+  for (Index j = 0; j < n; ++j)  // the padding rows of the tile stay as they were
+    for (Index i = m; i < ldt; ++i) REQUIRE(ct[std::size_t(j * ldt + i)] == 1.0);
+}
