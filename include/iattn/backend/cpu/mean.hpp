@@ -223,13 +223,34 @@ class mean_core_term {
     buffers& bu = local();
     window& w = bu.win;
     const Index t0 = std::max<Index>(0, b0 - (K_ - 1)), t1 = std::min(L_, b1 + delta_);
-    w.reset(t0, t1, ut_.cols());
-    fill(t0, t1, w);
+    const Index M = ut_.cols();
+    w.reset(t0, t1, M);
+    // One pass over the tokens while their rows are fresh in L1: fill (one row ahead in the strict
+    // form), band, injection, ut = U E(b0+1 .. t) referred forward to the block's first token, and
+    // the block's whole decay as a sum of log-decays.
+    Index filled = std::min(t1, b0 + delta_ + 1);
+    fill(t0, filled, w);
+    T* f = sized(bu.f, m_);
+    std::fill(f, f + m_, T(1));
+    T* decay = blk_.row(b).data();
+    std::fill(decay, decay + m_, Policy::template neutral<T>());
     for (Index t = b0; t < b1; ++t) {
+      for (; filled < t1 && filled <= t + delta_; ++filled) fill(filled, filled + 1, w);
       band(t, out, w);
       inject(t, w);
+      if (t > b0) multiply(f, w.fac(t));
+      T* d = ut_.row(t).data();
+      if (t + delta_ < L_) {
+        const T* u = w.uf(t + delta_);
+        for (Index i = 0; i < m_; ++i) d[i] = u[i] * f[i];
+      } else {
+        std::fill(d, d + m_, T(0));
+      }
+      combine(decay, w.lam(t));
     }
-    edges(b, w);
+    std::copy(w.lam(b0), w.lam(b0) + m_, lam0_.row(b).data());
+    std::fill(f, f + m_, T(1));
+    refer_backward(b0, b1, vt_.row(b0).data(), M, f, w);  // vt = z E(s+1 .. b1-1), to its last token
     diagonal_block(b0, b1, out, bu, w);
   }
 
@@ -293,40 +314,62 @@ class mean_core_term {
   }
 
   // Row t of the Kb = K - 1 + delta diagonals nearest the main one, summed directly:
-  //   out[t, s'] += scale sum_c sum_{lag: s'+lag <= t} tap(lag, c) (P S^c Q)[t, s'+lag].
+  //   out[t, t-d] += scale sum_c sum_{ls + lag = d} tap(lag, c) U[t] E(s+1 .. t) Q B[s],  s = t - ls
+  // (strict form: E(s+1 .. t-1), and the bonus for ls = 0), one pass over the inner index with
+  // the Kb sums in registers.
   void band(Index t, Matrix<T>& out, window& w) {
     const Index Kb = K_ - 1 + delta_;
     if (Kb == 0) return;
-    buffers& b = local();
-    T* acc = sized(b.acc, m_);
-    T* sv = sized(b.sv, Kb * m_);  // sv[ls][i] = U[t, i] E(s+1 .. t)[i] B[s, i], s = t - ls
-    std::fill(acc, acc + m_, T(1));
+    if (t + 1 >= Kb) {  // every diagonal exists: the unrolled forms for the common widths
+      switch (Kb) {
+        case 1: return band_pass<1>(t, Kb, out, w);
+        case 2: return band_pass<2>(t, Kb, out, w);
+        case 3: return band_pass<3>(t, Kb, out, w);
+        case 4: return band_pass<4>(t, Kb, out, w);
+        default: break;
+      }
+    }
+    band_pass<0>(t, Kb, out, w);
+  }
+
+  // KB = Kb (and t + 1 >= Kb), or 0 for any Kb and t.
+  template <int KB>
+  void band_pass(Index t, Index Kb, Matrix<T>& out, window& w) {
+    constexpr int NA = KB > 0 ? KB : int(max_mean_conv) + 1;
+    const Index nls = std::min(Kb, t + 1);  // s = t - ls >= 0
     const T* uf = w.uf(t);
-    for (Index ls = 0; ls < Kb && ls <= t; ++ls) {
-      const Index s = t - ls;
-      if ((!strict_ && ls >= 1) || (strict_ && ls >= 2)) {  // acc = E(s+1 .. t) (strict: .. t-1)
-        const T* f = w.fac(s + 1);
-        for (Index i = 0; i < m_; ++i) acc[i] *= f[i];
-      }
-      const T* bf = w.bf(s);
-      const T* e = (strict_ && ls == 0) ? bonus_.data() : acc;
-      T* row = sv + ls * m_;
-      for (Index i = 0; i < m_; ++i) row[i] = uf[i] * e[i] * bf[i];
+    const T* bf[NA] = {};
+    const T* fc[NA] = {};  // the factor joining E at ls (none at ls = 0, nor at 1 in the strict form)
+    for (Index ls = 0; ls < nls; ++ls) {
+      bf[ls] = w.bf(t - ls);
+      if ((!strict_ && ls >= 1) || (strict_ && ls >= 2)) fc[ls] = w.fac(t - ls + 1);
     }
-    for (Index sp = std::max<Index>(0, t - Kb + 1); sp <= t; ++sp) {
-      T v = 0;
-      for (Index lag = 0; lag < K_ && sp + lag <= t; ++lag) {
-        const Index ls = t - sp - lag;
-        if (ls >= Kb) continue;
-        const T* tk = taps_.data() + lag * m_;
-        const T* row = sv + ls * m_;
-        v += simd::sum_packs<T>(m_, [&](auto w, Index i) {
-          using P = Pk<decltype(w)::value>;
-          return P::load(tk + i) * P::load(row + i);
-        });
+    const T* bonus = bonus_.data();
+    const T* taps = taps_.data();
+    T sums[NA] = {};
+    auto run = [&](auto wd, Index i0, Index i1) {
+      constexpr int V = decltype(wd)::value;
+      using P = Pk<V>;
+      P acc[NA];
+      for (int d = 0; d < NA; ++d) acc[d] = P::broadcast(T(0));
+      for (Index i = i0; i + V <= i1; i += V) {
+        const P u = P::load(uf + i);
+        P e = P::broadcast(T(1));
+        for (int ls = 0; ls < (KB > 0 ? KB : int(nls)); ++ls) {
+          if (fc[ls]) e = e * P::load(fc[ls] + i);
+          const P sv = u * ((strict_ && ls == 0) ? P::load(bonus + i) : e) * P::load(bf[ls] + i);
+          // d = ls + lag < Kb and sp = t - d >= 0
+          for (int lag = 0; lag < (KB > 0 ? KB - ls : int(std::min(Kb, t + 1)) - ls); ++lag)
+            acc[ls + lag] = fma(P::load(taps + lag * m_ + i), sv, acc[ls + lag]);
+        }
       }
-      out(t, sp) += scale_ * v;
-    }
+      for (int d = 0; d < NA; ++d) sums[d] += reduce_add(acc[d]);
+    };
+    constexpr int W = simd::width<T>;
+    const Index iv = m_ / W * W;
+    run(std::integral_constant<int, W>{}, 0, iv);
+    if constexpr (W > 1) run(std::integral_constant<int, 1>{}, iv, m_);
+    for (Index d = 0; d < Kb && d <= t; ++d) out(t, t - d) += scale_ * sums[d];
   }
 
   // vz[sigma] = z_sigma for sigma >= K-1 (zero below), by Horner from the oldest lag:
@@ -347,19 +390,6 @@ class mean_core_term {
       bf = w.bf(s);
       for (Index i = 0; i < m_; ++i) z[i] = z[i] * f[i] + tk[i] * bf[i];
     }
-  }
-
-  // Block b: ut forward from its first token, vt backward from its last, blk = its whole decay.
-  void edges(Index b, window& w) {
-    const Index b0 = b * mean_block, b1 = std::min(L_, b0 + mean_block), M = ut_.cols();
-    T* f = sized(local().f, m_);
-    refer_forward(b0, b1, ut_.row(b0).data(), M, f, w);
-    std::fill(f, f + m_, T(1));
-    refer_backward(b0, b1, vt_.row(b0).data(), M, f, w);
-    std::copy(w.lam(b0), w.lam(b0) + m_, lam0_.row(b).data());
-    T* acc = blk_.row(b).data();  // the block's whole decay, kept as a sum of log-decays
-    std::fill(acc, acc + m_, Policy::template neutral<T>());
-    for (Index s = b0; s < b1; ++s) combine(acc, w.lam(s));
   }
 
   // dst row t - t0 = U[t] E(t0+1 .. t) for t in [t0, t1) (zero past the output), f the running product
@@ -403,7 +433,7 @@ class mean_core_term {
 
   // Per-thread buffers, kept across row blocks (fresh allocations would page-fault every time).
   struct buffers {
-    std::vector<T> ws, up, vp, acc, f, sv;
+    std::vector<T> ws, up, vp, acc, f;
     gemm_scratch<T> g;
     window win;
   };
