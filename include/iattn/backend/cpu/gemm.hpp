@@ -13,7 +13,18 @@
 #include "simd.hpp"
 
 #include <algorithm>
+#include <type_traits>
 #include <vector>
+
+// AVX: float panels of 16 rows are packed by 8 x 8 register transposes (the one place outside
+// simd.hpp with intrinsics: xsimd 8.1 has no transpose, and its zip_lo changed meaning across
+// versions). Other ISAs and widths take the scalar loop.
+#if defined(__AVX__) && IATTN_HAS_XSIMD && !defined(__CUDACC__)
+#include <immintrin.h>
+#define IATTN_GEMM_PACK_AVX 1
+#else
+#define IATTN_GEMM_PACK_AVX 0
+#endif
 
 namespace iattn::cpu_detail {
 
@@ -37,6 +48,33 @@ inline Index gemm_padded_rows(Index m) {
   return (m + gemm_mr<T> - 1) / gemm_mr<T> * gemm_mr<T>;
 }
 
+#if IATTN_GEMM_PACK_AVX
+// dst[p * 16 + r] = src[r * lda + p] for r < 16 and p < k0 (a multiple of 8), by 8 x 8 transposes.
+inline void gemm_pack16_avx(const float* src, Index lda, Index k0, float* dst) {
+  for (Index p = 0; p < k0; p += 8)
+    for (Index h = 0; h < 16; h += 8) {
+      const float* s = src + h * lda + p;
+      __m256 r[8], t[8], u[8];
+      for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(s + i * lda);
+      for (int i = 0; i < 8; i += 2) {
+        t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+      }
+      for (int i = 0; i < 8; i += 4) {
+        u[i] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+        u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+        u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+        u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+      }
+      float* d = dst + p * 16 + h;
+      for (int j = 0; j < 4; ++j) {
+        _mm256_storeu_ps(d + j * 16, _mm256_permute2f128_ps(u[j], u[j + 4], 0x20));
+        _mm256_storeu_ps(d + (j + 4) * 16, _mm256_permute2f128_ps(u[j], u[j + 4], 0x31));
+      }
+    }
+}
+#endif
+
 /// ap = rows [0, m) of A (row stride lda), k-major in panels of gemm_mr rows: panel q holds
 /// ap[q * gemm_mr * k + p * gemm_mr + r] = A[(q * gemm_mr + r) * lda + p], zero past row m.
 template <class T>
@@ -45,9 +83,17 @@ void gemm_pack_a(const T* A, Index lda, Index m, Index k, T* ap) {
   for (Index q = 0; q * MR < m; ++q) {
     T* dst = ap + q * MR * k;
     const Index rows = std::min(MR, m - q * MR);
+    Index p0 = 0;  // columns [0, p0) packed by the transposes
+#if IATTN_GEMM_PACK_AVX
+    if constexpr (std::is_same_v<T, float> && MR == 16)
+      if (rows == MR) {
+        p0 = k / 8 * 8;
+        gemm_pack16_avx(A + q * MR * lda, lda, p0, dst);
+      }
+#endif
     for (Index r = 0; r < rows; ++r) {
       const T* src = A + (q * MR + r) * lda;
-      for (Index p = 0; p < k; ++p) dst[p * MR + r] = src[p];
+      for (Index p = p0; p < k; ++p) dst[p * MR + r] = src[p];
     }
     for (Index r = rows; r < MR; ++r)
       for (Index p = 0; p < k; ++p) dst[p * MR + r] = T(0);
