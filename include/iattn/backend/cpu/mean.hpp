@@ -40,21 +40,54 @@
 #include "tile.hpp"
 
 #include <algorithm>
+#include <memory>
 #include <type_traits>
 #include <vector>
 
 namespace iattn::cpu_detail {
 
+/// The entrywise product of diagonals, each (L, D) or (1, D) row-major, kept as references to the
+/// operands' coefficients (no (L, D) products or copies are formed); none means ones. A bound
+/// GroupNorm's values are computed once and owned here.
+template <class T>
+struct diag_factors {
+  struct factor {
+    const T* data;
+    Index rows;
+  };
+  std::vector<factor> f;
+  std::vector<std::shared_ptr<const Matrix<T>>> owned;
+  bool empty() const { return f.empty(); }
+  void append(const diag_factors& o) {
+    f.insert(f.end(), o.f.begin(), o.f.end());
+    owned.insert(owned.end(), o.owned.begin(), o.owned.end());
+  }
+  /// Entries [c0, c0 + n) of row t (D columns): a pointer to the operand's row when there is one
+  /// factor, the product written into scratch otherwise; nullptr when there is none.
+  const T* row(Index t, Index D, Index c0, Index n, std::vector<T>& scratch) const {
+    auto at = [&](const factor& x) { return x.data + (x.rows == 1 ? 0 : t) * D + c0; };
+    if (f.empty()) return nullptr;
+    if (f.size() == 1) return at(f[0]);
+    if (scratch.size() < std::size_t(n)) scratch.resize(std::size_t(n));
+    std::copy(at(f[0]), at(f[0]) + n, scratch.begin());
+    for (std::size_t k = 1; k < f.size(); ++k) {
+      const T* r = at(f[k]);
+      for (Index j = 0; j < n; ++j) scratch[std::size_t(j)] *= r[j];
+    }
+    return scratch.data();
+  }
+};
+
 /// One term w * diag(post) * core * diag(pre) * conv of a channel-mean expansion.
 template <class T>
 struct mean_term {
   double weight = 1;
-  Matrix<T> post, pre;  ///< diagonal entries, (L, D) or (1, D); empty means ones
+  diag_factors<T> post, pre;
   const Semiseparable<T>* S = nullptr;
   const LinearRecurrence<T>* R = nullptr;
   const CausalConv<T>* conv = nullptr;
   bool has_core() const { return S != nullptr || R != nullptr; }
-  bool trivial() const { return !has_core() && conv == nullptr && post.size() == 0 && pre.size() == 0; }
+  bool trivial() const { return !has_core() && conv == nullptr && post.empty() && pre.empty(); }
 };
 template <class T>
 using mean_terms = std::vector<mean_term<T>>;
@@ -63,29 +96,20 @@ inline constexpr std::size_t max_mean_terms = 64;  ///< beyond this the expansio
 inline constexpr Index max_mean_conv = 16;         ///< widest convolution folded into a core's injection
 inline constexpr Index mean_block = 64;            ///< tokens per block of G
 
-/// Entrywise product of two diagonals stored as (L, D) or (1, D); empty means ones.
-template <class T>
-Matrix<T> diag_product(const Matrix<T>& a, const Matrix<T>& b) {
-  if (a.size() == 0) return b;
-  if (b.size() == 0) return a;
-  if (a.rows() == b.rows()) return a.cwiseProduct(b);
-  Matrix<T> r = a.rows() == 1 ? b : a;
-  r.array().rowwise() *= (a.rows() == 1 ? a : b).row(0).array();
-  return r;
-}
-
 /// Expands n into out; false when n is not a sum of terms of the form above.
 template <class T, class Node>
 bool expand_mean(const Node& n, const context& cx, mean_terms<T>& out) {
   out.clear();
   mean_term<T> one;
   if constexpr (std::is_same_v<Node, Diagonal<T>>) {
-    one.post = n.d().map();
+    one.post.f.push_back({n.d().row(0), n.d().rows()});
   } else if constexpr (std::is_same_v<Node, GroupNorm<T>>) {
     if (!n.bound()) return false;
-    one.post.resize(cx.L, cx.D);
+    auto v = std::make_shared<Matrix<T>>(cx.L, cx.D);
     for (Index t = 0; t < cx.L; ++t)
-      for (Index c = 0; c < cx.D; ++c) one.post(t, c) = n.value(t, c, cx.D);
+      for (Index c = 0; c < cx.D; ++c) (*v)(t, c) = n.value(t, c, cx.D);
+    one.post.f.push_back({v->data(), cx.L});
+    one.post.owned.push_back(std::move(v));
   } else if constexpr (std::is_same_v<Node, Identity>) {
   } else if constexpr (std::is_same_v<Node, Semiseparable<T>>) {
     one.S = &n;
@@ -117,10 +141,13 @@ bool expand_mean(const Node& n, const context& cx, mean_terms<T>& out) {
           r.post = x.post;
           r.S = x.S;
           r.R = x.R;
-          r.pre = diag_product(x.pre, diag_product(y.post, y.pre));
+          r.pre = x.pre;
+          r.pre.append(y.post);
+          r.pre.append(y.pre);
           r.conv = y.conv;
         } else {  // x is a diagonal: it joins y's left-hand diagonal
-          r.post = diag_product(x.post, y.post);
+          r.post = x.post;
+          r.post.append(y.post);
           r.S = y.S;
           r.R = y.R;
           r.pre = y.pre;
@@ -136,12 +163,6 @@ bool expand_mean(const Node& n, const context& cx, mean_terms<T>& out) {
   }
   out.push_back(std::move(one));
   return true;
-}
-
-/// Reads a diagonal stored as (L, D), (1, D) or empty (ones).
-template <class T>
-T diag_at(const Matrix<T>& d, Index t, Index c) {
-  return d.size() == 0 ? T(1) : d(d.rows() == 1 ? 0 : t, c);
 }
 
 // The mean of one term with a core, accumulated into out (see the header comment).
@@ -260,15 +281,13 @@ class mean_core_term {
     const auto* S = term_.S;
     const auto* R = term_.R;
     const Index c0 = c0_;
-    auto diag_row = [&](const Matrix<T>& d, Index t) -> const T* {
-      return d.size() == 0 ? nullptr : d.data() + (d.rows() == 1 ? 0 : t) * d.cols() + c0;
-    };
+    buffers& bu = local();
     for (Index t = t0; t < t1; ++t) {
       T* lam = w.lam(t);
       T* uf = w.uf(t);
       T* bf = w.bf(t);
-      const T* post = diag_row(term_.post, t);
-      const T* pre = diag_row(term_.pre, t);
+      const T* post = term_.post.row(t, D_, c0, dc_, bu.post);
+      const T* pre = term_.pre.row(t, D_, c0, dc_, bu.pre);
       if (S) {
         const T* B = S->B().row(t);
         const T* C = S->C().row(t);
@@ -433,7 +452,7 @@ class mean_core_term {
 
   // Per-thread buffers, kept across row blocks (fresh allocations would page-fault every time).
   struct buffers {
-    std::vector<T> ws, up, vp, acc, f;
+    std::vector<T> ws, up, vp, acc, f, post, pre;
     gemm_scratch<T> g;
     window win;
   };
@@ -541,10 +560,12 @@ template <class T>
 void mean_band_term(const mean_term<T>& term, const context& cx, Matrix<T>& out) {
   const Index K = term.conv ? term.conv->width() : 1;
   const T scale = T(term.weight / double(cx.D));
+  std::vector<std::vector<T>> rows(static_cast<std::size_t>(max_threads()));
   parallel_for(cx.L, [&](Index t) {
+    const T* p = term.post.row(t, cx.D, 0, cx.D, rows[std::size_t(thread_index())]);
     for (Index lag = 0; lag < K && lag <= t; ++lag) {
       T v = 0;
-      for (Index c = 0; c < cx.D; ++c) v += diag_at(term.post, t, c) * (term.conv ? term.conv->tap(lag, c) : T(1));
+      for (Index c = 0; c < cx.D; ++c) v += (p ? p[c] : T(1)) * (term.conv ? term.conv->tap(lag, c) : T(1));
       out(t, t - lag) += scale * v;
     }
   });
