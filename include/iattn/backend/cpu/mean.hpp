@@ -1,5 +1,5 @@
-// iattn/backend/cpu/mean.hpp: materialize_mean as blocked GEMMs whose inner dimension runs over
-// channels and states together.
+// iattn/backend/cpu/mean.hpp: materialize_mean as blocked matrix products whose inner dimension
+// runs over channels and states together.
 //
 // An expression that is a sum of terms  w * diag(P) * Core * diag(Q) * [Conv]  (Core a Semiseparable,
 // a LinearRecurrence or nothing; Diagonal, bound GroupNorm, scalar scales, identities and sums are
@@ -12,10 +12,13 @@
 //   G[t', sigma] = sum_{c,m} U[t', (c,m)] E(sigma+1 .. t')[c,m] z_sigma[(c,m)],  t' >= sigma,
 // with U[t'] = P[t'+delta] C[t'+delta] (delta = 1 for the strict form, 0 otherwise), written to
 // out[t' + delta, sigma - K + 1]. G is evaluated in blocks of mean_block tokens:
-//   below the diagonal block: Ut_I diag(E(j1 .. i0)) Vt_J^T for every J < I, one GEMM per row block;
-//   inside the diagonal block: halved recursively, the lower-left quadrant a GEMM referred to the
-//                              split point, down to 8 tokens, which take running products;
-// the inner dimension (c, m) a chunk of at most 1024 at a time. The remaining K-1 (strict: K)
+//   below the diagonal block: Ut_I diag(E(j1 .. i0)) Vt_J^T for every J < I, Ut_I packed once per
+//                             row block, Vt_J scaled once per pair (gemm.hpp's kernel);
+//   inside the diagonal block: halved recursively, the lower-left quadrant a product referred to
+//                              the split point, down to 8 tokens, which take running products;
+// the inner dimension (c, m) a chunk of at most 1024 at a time. Two parallel passes per chunk: the
+// token blocks (window of per-token rows, band, injection, ut and vt, diagonal block), then the
+// row blocks' products. The remaining K-1 (strict: K)
 // diagonals nearest the main one are summed directly. Decays across blocks are exps of sums of
 // log-decays (never of differences: no positive arguments); inside a block of mean_block tokens they
 // are running products of the per-token factors, as in decay_tiles' diagonal blocks. lambda = -inf
