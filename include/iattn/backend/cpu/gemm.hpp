@@ -32,14 +32,17 @@ template <class T>
 inline constexpr Index gemm_mr = 2 * simd::width<T>;  ///< rows of A per micro-tile (packed panel)
 inline constexpr Index gemm_nr = 6;                   ///< rows of B per micro-tile (broadcast)
 
+/// v's storage, grown to at least n elements (kept across calls: fresh allocations page-fault).
+template <class T>
+T* sized(std::vector<T>& v, Index n) {
+  if (v.size() < std::size_t(n)) v.resize(std::size_t(n));
+  return v.data();
+}
+
 /// Scratch of one thread: the packed A and the column-major tile.
 template <class T>
 struct gemm_scratch {
   std::vector<T> ap, ct;
-  static T* sized(std::vector<T>& v, Index n) {
-    if (v.size() < std::size_t(n)) v.resize(std::size_t(n));
-    return v.data();
-  }
 };
 
 /// Rows of A rounded up to whole panels.
@@ -167,8 +170,8 @@ void gemm_nt(Index m, Index n, Index k, T alpha, const T* A, Index lda, const T*
              gemm_scratch<T>& s) {
   if (m <= 0 || n <= 0) return;
   const Index mp = gemm_padded_rows<T>(m);
-  T* ap = gemm_scratch<T>::sized(s.ap, mp * k);
-  T* ct = gemm_scratch<T>::sized(s.ct, mp * n);
+  T* ap = sized(s.ap, mp * k);
+  T* ct = sized(s.ct, mp * n);
   gemm_pack_a(A, lda, m, k, ap);
   std::fill(ct, ct + mp * n, T(0));
   gemm_tile_add(m, n, k, ap, gemm_mr<T> * k, B, ldb, ct);

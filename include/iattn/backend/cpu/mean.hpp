@@ -240,6 +240,12 @@ class mean_core_term {
     T* vz(Index t) { return at(4, t); }
   };
 
+  // Per-thread buffers, kept across row blocks (fresh allocations would page-fault every time).
+  struct buffers {
+    std::vector<T> ws, up, vp, acc, f, post, pre;
+    gemm_scratch<T> g;
+    window win;
+  };
   // Token block b: its window, the band and injections of its tokens, its edges for the products
   // below it, and its diagonal block.
   void token_block(Index b, Matrix<T>& out) {
@@ -253,23 +259,16 @@ class mean_core_term {
     // form), band, injection, ut = U E(b0+1 .. t) referred forward to the block's first token, and
     // the block's whole decay as a sum of log-decays.
     Index filled = std::min(t1, b0 + delta_ + 1);
-    fill(t0, filled, w);
+    fill(t0, filled, w, bu);
     T* f = sized(bu.f, m_);
     std::fill(f, f + m_, T(1));
     T* decay = blk_.row(b).data();
     std::fill(decay, decay + m_, Policy::template neutral<T>());
     for (Index t = b0; t < b1; ++t) {
-      for (; filled < t1 && filled <= t + delta_; ++filled) fill(filled, filled + 1, w);
+      for (; filled < t1 && filled <= t + delta_; ++filled) fill(filled, filled + 1, w, bu);
       band(t, out, w);
       inject(t, w);
-      if (t > b0) multiply(f, w.fac(t));
-      T* d = ut_.row(t).data();
-      if (t + delta_ < L_) {
-        const T* u = w.uf(t + delta_);
-        for (Index i = 0; i < m_; ++i) d[i] = u[i] * f[i];
-      } else {
-        std::fill(d, d + m_, T(0));
-      }
+      refer_forward_row(t, b0, ut_.row(t).data(), f, w);
       combine(decay, w.lam(t));
     }
     std::copy(w.lam(b0), w.lam(b0) + m_, lam0_.row(b).data());
@@ -280,11 +279,10 @@ class mean_core_term {
 
   // Rows [t0, t1) of the window; inner index i = j * N + m for channel c0 + j and state m. The
   // per-channel offsets into the coefficients (head, group) come from the chunk's tables.
-  void fill(Index t0, Index t1, window& w) {
+  void fill(Index t0, Index t1, window& w, buffers& bu) {
     const auto* S = term_.S;
     const auto* R = term_.R;
     const Index c0 = c0_;
-    buffers& bu = local();
     for (Index t = t0; t < t1; ++t) {
       T* lam = w.lam(t);
       T* uf = w.uf(t);
@@ -418,15 +416,16 @@ class mean_core_term {
   // of at most mean_block per-token factors.
   void refer_forward(Index t0, Index t1, T* dst, Index ld, T* f, window& w) const {
     std::fill(f, f + m_, T(1));
-    for (Index t = t0; t < t1; ++t) {
-      if (t > t0) multiply(f, w.fac(t));
-      T* d = dst + (t - t0) * ld;
-      if (t + delta_ < L_) {
-        const T* u = w.uf(t + delta_);
-        for (Index i = 0; i < m_; ++i) d[i] = u[i] * f[i];
-      } else {
-        std::fill(d, d + m_, T(0));
-      }
+    for (Index t = t0; t < t1; ++t) refer_forward_row(t, t0, dst + (t - t0) * ld, f, w);
+  }
+  // One step of refer_forward: f advanced to E(t0+1 .. t), d = U[t] f.
+  void refer_forward_row(Index t, Index t0, T* d, T* f, window& w) const {
+    if (t > t0) multiply(f, w.fac(t));
+    if (t + delta_ < L_) {
+      const T* u = w.uf(t + delta_);
+      for (Index i = 0; i < m_; ++i) d[i] = u[i] * f[i];
+    } else {
+      std::fill(d, d + m_, T(0));
     }
   }
   // dst row s - a = z_s f E(s+1 .. e-1) for s in [a, e), backwards; f holds the factor at e on entry.
@@ -453,17 +452,7 @@ class mean_core_term {
     });
   }
 
-  // Per-thread buffers, kept across row blocks (fresh allocations would page-fault every time).
-  struct buffers {
-    std::vector<T> ws, up, vp, acc, f, post, pre;
-    gemm_scratch<T> g;
-    window win;
-  };
   buffers& local() { return bufs_[std::min(std::size_t(thread_index()), bufs_.size() - 1)]; }
-  static T* sized(std::vector<T>& v, Index n) {
-    if (v.size() < std::size_t(n)) v.resize(std::size_t(n));
-    return v.data();
-  }
 
   // out[t'+delta, sigma-K+1] += scale (U V^T)[t', sigma] for t' in [r0, r0+nr), sigma in [q0, q0+nq),
   // U given packed (gemm_pack_a of its nr rows), V row-major with row stride ld; rows past the
@@ -473,7 +462,7 @@ class mean_core_term {
     const Index rows = std::min(nr, L_ - delta_ - r0);
     const Index cut = std::max<Index>(0, (K_ - 1) - q0);
     if (rows <= 0 || nq - cut <= 0) return;
-    T* ct = gemm_scratch<T>::sized(g.ct, gemm_padded_rows<T>(nr) * nq);
+    T* ct = sized(g.ct, gemm_padded_rows<T>(nr) * nq);
     std::fill(ct, ct + gemm_padded_rows<T>(nr) * nq, T(0));
     gemm_tile_add(nr, nq, m_, up, gemm_mr<T> * m_, V, ld, ct);
     // column q of the tile is out column q0 + q - (K-1), q >= cut
