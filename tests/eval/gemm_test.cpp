@@ -16,8 +16,8 @@ namespace {
 template <class T>
 void check_gemm(Index m, Index n, Index k) {
   INFO("m = " << m << ", n = " << n << ", k = " << k << ", gemm_mr = " << gemm_mr<T>);
-  const Index lda = k + 3, ldb = k + 5, ldo = n + 2;
-  const Mat<T> A = normal<T>(m, lda), B = normal<T>(n, ldb), O = normal<T>(m, ldo);
+  const Index lda = k + 3, ldb = k + 5, ldo = m + 2;
+  const Mat<T> A = normal<T>(m, lda), B = normal<T>(n, ldb), O = normal<T>(n, ldo);
   const T alpha = T(0.75);
   Mat<T> out = O;
   iattn::cpu_detail::gemm_scratch<T> s;
@@ -27,7 +27,7 @@ void check_gemm(Index m, Index n, Index k) {
     for (Index j = 0; j < n; ++j) {
       double v = 0;
       for (Index p = 0; p < k; ++p) v += double(A(i, p)) * double(B(j, p));
-      ref(i, j) += double(alpha) * v;
+      ref(j, i) += double(alpha) * v;
     }
   check_close(out, ref, std::is_same_v<T, float> ? 1e-5 * std::sqrt(double(k + 1)) : 1e-13 * std::sqrt(double(k + 1)));
 }
@@ -43,22 +43,23 @@ TEST_CASE("gemm: every micro-tile tail and inner length", "[gemm]") {
       }
 }
 
-TEST_CASE("gemm: a slice of a longer packing accumulates into the tile", "[gemm]") {
+TEST_CASE("gemm: a slice of a longer packing accumulates in place", "[gemm]") {
   using namespace iattn::cpu_detail;
   const Index m = 21, n = 11, k = 50, p0 = 13, kc = 24;
   const MatD A = normal<double>(m, k), B = normal<double>(n, k);
   std::vector<double> ap(std::size_t(gemm_padded_rows<double>(m) * k));
   gemm_pack_a(A.data(), k, m, k, ap.data());
-  const Index ldt = gemm_padded_rows<double>(m);
-  std::vector<double> ct(std::size_t(ldt * n), 1.0);
-  gemm_tile_add(m, n, kc, ap.data() + p0 * gemm_mr<double>, gemm_mr<double> * k, B.data() + p0, k, ct.data());
+  const Index ldc = gemm_padded_rows<double>(m) + 3;  // C's rows longer than the block
+  std::vector<double> C(std::size_t(ldc * n), 1.0);
+  gemm_tile_add(m, n, kc, ap.data() + p0 * gemm_mr<double>, gemm_mr<double> * k, B.data() + p0, k, C.data(), ldc, 0.5);
   for (Index i = 0; i < m; ++i)
     for (Index j = 0; j < n; ++j) {
-      double v = 1.0;
+      double v = 0.0;
       for (Index p = p0; p < p0 + kc; ++p) v += A(i, p) * B(j, p);
+      v = 1.0 + 0.5 * v;
       INFO("i = " << i << ", j = " << j);
-      REQUIRE(std::abs(ct[std::size_t(j * ldt + i)] - v) <= 1e-12 * (1 + std::abs(v)));
+      REQUIRE(std::abs(C[std::size_t(j * ldc + i)] - v) <= 1e-12 * (1 + std::abs(v)));
     }
-  for (Index j = 0; j < n; ++j)  // the padding rows of the tile stay as they were
-    for (Index i = m; i < ldt; ++i) REQUIRE(ct[std::size_t(j * ldt + i)] == 1.0);
+  for (Index j = 0; j < n; ++j)  // entries of C past the block's rows stay as they were
+    for (Index i = m; i < ldc; ++i) REQUIRE(C[std::size_t(j * ldc + i)] == 1.0);
 }

@@ -1,12 +1,12 @@
-// iattn/backend/cpu/gemm.hpp: the product kernel of the mean path, out += alpha A B^T for
-// row-major A (m, k) and B (n, k) whose rows run along the inner dimension k.
+// iattn/backend/cpu/gemm.hpp: the product kernel of the mean path, C += alpha B A^T for row-major
+// A (m, k) and B (n, k) whose rows run along the inner dimension k, into a row-major C (n, m).
 //
 // A is packed once, k-major, in panels of gemm_mr = 2 packs of rows; B is read in place, one
 // element of each of gemm_nr rows broadcast per step; a micro-tile keeps gemm_mr x gemm_nr sums in
 // 2 gemm_nr = 12 pack registers (one pack load per 6 multiply-adds, and nothing of B needs
 // packing, so a caller that rescales B's columns per product writes the scaled rows once and the
-// kernel reads them). The micro-tiles accumulate into a column-major scratch tile, added to out
-// transposed at the end. The scaling of B and the packing of A are the callers' O((m + n) k) work
+// kernel reads them). A micro-tile's packs run along A's rows, i.e. along C's rows, so they are
+// added to C in place. The scaling of B and the packing of A are the callers' O((m + n) k) work
 // per O(m n k) of products.
 #pragma once
 
@@ -39,10 +39,10 @@ T* sized(std::vector<T>& v, Index n) {
   return v.data();
 }
 
-/// Scratch of one thread: the packed A and the column-major tile.
+/// Scratch of one thread: the packed A.
 template <class T>
 struct gemm_scratch {
-  std::vector<T> ap, ct;
+  std::vector<T> ap;
 };
 
 /// Rows of A rounded up to whole panels.
@@ -103,9 +103,10 @@ void gemm_pack_a(const T* A, Index lda, Index m, Index k, T* ap) {
   }
 }
 
-// ct[c * ldt + r] += sum_p ap[p * MR + r] B[c * ldb + p] for one panel, NR columns.
+// C[c * ldc + r] += alpha sum_p ap[p * MR + r] B[c * ldb + p] for one panel, NR columns, the
+// panel's first `rows` rows (all MR of them but in the last panel).
 template <class T, int NR>
-inline void gemm_micro(Index k, const T* ap, const T* B, Index ldb, T* ct, Index ldt) {
+inline void gemm_micro(Index k, const T* ap, const T* B, Index ldb, T* C, Index ldc, T alpha, Index rows) {
   constexpr int W = simd::width<T>;
   using P = simd::pack<T, W>;
   P acc[2][NR];
@@ -120,62 +121,64 @@ inline void gemm_micro(Index k, const T* ap, const T* B, Index ldb, T* ct, Index
       acc[1][c] = fma(a1, bc, acc[1][c]);
     }
   }
-  for (int c = 0; c < NR; ++c) {
-    (P::load(ct + c * ldt) + acc[0][c]).store(ct + c * ldt);
-    (P::load(ct + c * ldt + W) + acc[1][c]).store(ct + c * ldt + W);
+  const P al = P::broadcast(alpha);
+  if (rows == 2 * W) {
+    for (int c = 0; c < NR; ++c) {
+      fma(acc[0][c], al, P::load(C + c * ldc)).store(C + c * ldc);
+      fma(acc[1][c], al, P::load(C + c * ldc + W)).store(C + c * ldc + W);
+    }
+  } else {
+    T tmp[2 * W];
+    for (int c = 0; c < NR; ++c) {
+      acc[0][c].store(tmp);
+      acc[1][c].store(tmp + W);
+      for (Index r = 0; r < rows; ++r) C[c * ldc + r] += alpha * tmp[r];
+    }
   }
 }
 
 template <class T>
-inline void gemm_micro_tail(Index nr, Index k, const T* ap, const T* B, Index ldb, T* ct, Index ldt) {
+inline void gemm_micro_tail(Index nr, Index k, const T* ap, const T* B, Index ldb, T* C, Index ldc, T alpha,
+                            Index rows) {
   switch (nr) {
-    case 5: gemm_micro<T, 5>(k, ap, B, ldb, ct, ldt); break;
-    case 4: gemm_micro<T, 4>(k, ap, B, ldb, ct, ldt); break;
-    case 3: gemm_micro<T, 3>(k, ap, B, ldb, ct, ldt); break;
-    case 2: gemm_micro<T, 2>(k, ap, B, ldb, ct, ldt); break;
-    case 1: gemm_micro<T, 1>(k, ap, B, ldb, ct, ldt); break;
+    case 5: gemm_micro<T, 5>(k, ap, B, ldb, C, ldc, alpha, rows); break;
+    case 4: gemm_micro<T, 4>(k, ap, B, ldb, C, ldc, alpha, rows); break;
+    case 3: gemm_micro<T, 3>(k, ap, B, ldb, C, ldc, alpha, rows); break;
+    case 2: gemm_micro<T, 2>(k, ap, B, ldb, C, ldc, alpha, rows); break;
+    case 1: gemm_micro<T, 1>(k, ap, B, ldb, C, ldc, alpha, rows); break;
     default: break;
   }
 }
 
-/// ct (column-major, ldt = gemm_padded_rows(m)) += ap B^T for B's rows [0, n) (row stride ldb),
-/// k long; the panels of ap are panel_stride apart (gemm_mr * k when ap holds exactly these k
-/// columns; a slice [p0, p0 + k) of a longer packing starts at ap + p0 * gemm_mr).
+/// C[j * ldc + i] += alpha sum_p A[i, p] B[j * ldb + p] for i < m, j < n: the product of A, given
+/// packed (gemm_pack_a of at least m rows), and B's rows [0, n) over k inner indices, added to C
+/// in place with A's rows running along C's rows (so each micro-tile's sums go straight to C, with
+/// no scratch tile and no transposition). The panels of ap are panel_stride apart (gemm_mr * k
+/// when ap holds exactly these k columns; a slice [p0, p0 + k) of a longer packing starts at
+/// ap + p0 * gemm_mr). Entries of C outside the m x n block are not touched.
 template <class T>
-void gemm_tile_add(Index m, Index n, Index k, const T* ap, Index panel_stride, const T* B, Index ldb, T* ct) {
-  const Index ldt = gemm_padded_rows<T>(m);
-  for (Index q = 0; q * gemm_mr<T> < m; ++q) {  // one panel of A stays in L1 while B streams past
+void gemm_tile_add(Index m, Index n, Index k, const T* ap, Index panel_stride, const T* B, Index ldb, T* C, Index ldc,
+                   T alpha) {
+  for (Index q = 0; q * gemm_mr<T> < m; ++q) {  // one panel of A against every row strip of B
     const T* a = ap + q * panel_stride;
-    T* c = ct + q * gemm_mr<T>;
+    T* c = C + q * gemm_mr<T>;
+    const Index rows = std::min(gemm_mr<T>, m - q * gemm_mr<T>);
     Index j = 0;
-    for (; j + gemm_nr <= n; j += gemm_nr) gemm_micro<T, int(gemm_nr)>(k, a, B + j * ldb, ldb, c + j * ldt, ldt);
-    if (j < n) gemm_micro_tail<T>(n - j, k, a, B + j * ldb, ldb, c + j * ldt, ldt);
+    for (; j + gemm_nr <= n; j += gemm_nr)
+      gemm_micro<T, int(gemm_nr)>(k, a, B + j * ldb, ldb, c + j * ldc, ldc, alpha, rows);
+    if (j < n) gemm_micro_tail<T>(n - j, k, a, B + j * ldb, ldb, c + j * ldc, ldc, alpha, rows);
   }
 }
 
-/// out[i * ldo + j] += alpha ct[j * ldt + i] for i in [i0, i1), j in [j0, j1) (ldt as in gemm_tile).
-template <class T>
-void gemm_add_transposed(const T* ct, Index m, Index i0, Index i1, Index j0, Index j1, T alpha, T* out, Index ldo) {
-  const Index ldt = gemm_padded_rows<T>(m);
-  constexpr Index S = 8;  // square sub-blocks keep both sides' lines in L1
-  for (Index ib = i0; ib < i1; ib += S)
-    for (Index jb = j0; jb < j1; jb += S)
-      for (Index i = ib; i < std::min(i1, ib + S); ++i)
-        for (Index j = jb; j < std::min(j1, jb + S); ++j) out[i * ldo + j] += alpha * ct[j * ldt + i];
-}
-
-/// out[i * ldo + j] += alpha sum_p A[i * lda + p] B[j * ldb + p] for i < m, j < n, p < k.
+/// out[j * ldo + i] += alpha sum_p A[i * lda + p] B[j * ldb + p] for i < m, j < n, p < k, i.e.
+/// out (n, m) += alpha B A^T, row-major.
 template <class T>
 void gemm_nt(Index m, Index n, Index k, T alpha, const T* A, Index lda, const T* B, Index ldb, T* out, Index ldo,
              gemm_scratch<T>& s) {
   if (m <= 0 || n <= 0) return;
-  const Index mp = gemm_padded_rows<T>(m);
-  T* ap = sized(s.ap, mp * k);
-  T* ct = sized(s.ct, mp * n);
+  T* ap = sized(s.ap, gemm_padded_rows<T>(m) * k);
   gemm_pack_a(A, lda, m, k, ap);
-  std::fill(ct, ct + mp * n, T(0));
-  gemm_tile_add(m, n, k, ap, gemm_mr<T> * k, B, ldb, ct);
-  gemm_add_transposed(ct, m, 0, m, 0, n, alpha, out, ldo);
+  gemm_tile_add(m, n, k, ap, gemm_mr<T> * k, B, ldb, out, ldo, alpha);
 }
 
 }  // namespace iattn::cpu_detail

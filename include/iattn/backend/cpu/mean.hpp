@@ -11,7 +11,8 @@
 // every entry at least K-1 (strict form: K) below the diagonal is an entry of the inclusive
 //   G[t', sigma] = sum_{c,m} U[t', (c,m)] E(sigma+1 .. t')[c,m] z_sigma[(c,m)],  t' >= sigma,
 // with U[t'] = P[t'+delta] C[t'+delta] (delta = 1 for the strict form, 0 otherwise), written to
-// out[t' + delta, sigma - K + 1]. G is evaluated in blocks of mean_block tokens:
+// out[t' + delta, sigma - K + 1] (added to out's transpose, whose rows the products' packs run
+// along, and transposed once at the end). G is evaluated in blocks of mean_block tokens:
 //   below the diagonal block: Ut_I diag(E(j1 .. i0)) Vt_J^T for every J < I, Ut_I packed once per
 //                             row block, Vt_J scaled once per pair (gemm.hpp's kernel);
 //   inside the diagonal block: halved recursively, the lower-left quadrant a product referred to
@@ -168,7 +169,7 @@ bool expand_mean(const Node& n, const context& cx, mean_terms<T>& out) {
   return true;
 }
 
-// The mean of one term with a core, accumulated into out (see the header comment).
+// The mean of one term with a core, added transposed into outT (see the header comment).
 template <class T, class Policy>
 class mean_core_term {
  public:
@@ -182,7 +183,7 @@ class mean_core_term {
     Dc_ = std::clamp<Index>(target / N_, 1, D_);
   }
 
-  void accumulate(Matrix<T>& out) {
+  void accumulate(Matrix<T>& outT) {
     // Rows padded to whole packs, and off multiples of 1 KiB so the product kernel's B rows do not
     // share L1 sets.
     constexpr Index W = simd::width<T>;
@@ -211,8 +212,8 @@ class mean_core_term {
         head_[std::size_t(j)] = term_.S->head_of(c0 + j);
         group_[std::size_t(j)] = term_.S->group_of_head(head_[std::size_t(j)]) * N_;
       }
-      parallel_for(nb, [&](Index b) { token_block(b, out); });
-      parallel_for(nb, [&](Index k) { row_block(nb - 1 - k, out); });  // longest rows first
+      parallel_for(nb, [&](Index b) { token_block(b, outT); });
+      parallel_for(nb, [&](Index k) { row_block(nb - 1 - k, outT); });  // longest rows first
     }
   }
 
@@ -243,12 +244,11 @@ class mean_core_term {
   // Per-thread buffers, kept across row blocks (fresh allocations would page-fault every time).
   struct buffers {
     std::vector<T> ws, up, vp, acc, f, post, pre;
-    gemm_scratch<T> g;
     window win;
   };
   // Token block b: its window, the band and injections of its tokens, its edges for the products
   // below it, and its diagonal block.
-  void token_block(Index b, Matrix<T>& out) {
+  void token_block(Index b, Matrix<T>& outT) {
     const Index b0 = b * mean_block, b1 = std::min(L_, b0 + mean_block);
     buffers& bu = local();
     window& w = bu.win;
@@ -266,25 +266,25 @@ class mean_core_term {
     std::fill(decay, decay + m_, Policy::template neutral<T>());
     for (Index t = b0; t < b1; ++t) {
       for (; filled < t1 && filled <= t + delta_; ++filled) fill(filled, filled + 1, w, bu);
-      band(t, out, w);
-      inject(t, w);
-      refer_forward_row(t, b0, ut_.row(t).data(), f, w);
-      combine(decay, w.lam(t));
+      token_step(t, b0, outT, w, f, decay);
     }
     std::copy(w.lam(b0), w.lam(b0) + m_, lam0_.row(b).data());
     std::fill(f, f + m_, T(1));
     refer_backward(b0, b1, vt_.row(b0).data(), M, f, w);  // vt = z E(s+1 .. b1-1), to its last token
-    diagonal_block(b0, b1, out, bu, w);
+    diagonal_block(b0, b1, outT, bu, w);
   }
 
   // Rows [t0, t1) of the window; inner index i = j * N + m for channel c0 + j and state m. The
-  // per-channel offsets into the coefficients (head, group) come from the chunk's tables.
+  // per-channel offsets into the coefficients (head, group) come from the chunk's tables; a core's
+  // row of a channel is written in one pass of packs over its states (log-decay, its factor, the
+  // left and right factors).
   void fill(Index t0, Index t1, window& w, buffers& bu) {
     const auto* S = term_.S;
     const auto* R = term_.R;
     const Index c0 = c0_;
     for (Index t = t0; t < t1; ++t) {
       T* lam = w.lam(t);
+      T* fac = w.fac(t);
       T* uf = w.uf(t);
       T* bf = w.bf(t);
       const T* post = term_.post.row(t, D_, c0, dc_, bu.post);
@@ -293,22 +293,20 @@ class mean_core_term {
         const T* B = S->B().row(t);
         const T* C = S->C().row(t);
         const T* lrow = S->lambda().row(t);
+        const int mode = S->factored() ? 0 : S->per_state() ? 1 : 2;
         for (Index j = 0; j < dc_; ++j) {
           const Index o = j * N_, h = head_[std::size_t(j)], g = group_[std::size_t(j)];
           const T p = post ? post[j] : T(1), q = pre ? pre[j] : T(1);
-          if (S->factored()) {
-            const T d = lrow[h];
-            const T* rate = S->decay_rate().row(h);
-            for (Index m = 0; m < N_; ++m) lam[o + m] = d * rate[m];
-          } else if (S->per_state()) {
-            std::copy(lrow + h * N_, lrow + (h + 1) * N_, lam + o);
-          } else {
-            std::fill(lam + o, lam + o + N_, lrow[h]);
-          }
-          for (Index m = 0; m < N_; ++m) {
-            uf[o + m] = p * C[g + m];
-            bf[o + m] = q * B[g + m];
-          }
+          const T* rate = mode == 0 ? S->decay_rate().row(h) : lrow + h * N_;  // per state: lambda's row
+          const T d = mode == 0 ? lrow[h] : mode == 2 ? lrow[h] : T(1);
+          simd::for_packs<T>(N_, [&](auto wd, Index m) {
+            using P = Pk<decltype(wd)::value>;
+            const P l = mode == 2 ? P::broadcast(d) : mode == 0 ? P::broadcast(d) * P::load(rate + m) : P::load(rate + m);
+            l.store(lam + o + m);
+            Policy::factor(l).store(fac + o + m);
+            (P::broadcast(p) * P::load(C + g + m)).store(uf + o + m);
+            (P::broadcast(q) * P::load(B + g + m)).store(bf + o + m);
+          });
         }
       } else {
         const T* a = R->a().row(t) + c0;
@@ -318,8 +316,8 @@ class mean_core_term {
           uf[j] = post ? post[j] : T(1);
           bf[j] = (pre ? pre[j] : T(1)) * bb[j];
         }
+        factor_row(lam, fac);
       }
-      factor_row(lam, w.fac(t));
     }
   }
 
@@ -333,37 +331,54 @@ class mean_core_term {
     });
   }
 
-  // Row t of the Kb = K - 1 + delta diagonals nearest the main one, summed directly:
-  //   out[t, t-d] += scale sum_c sum_{ls + lag = d} tap(lag, c) U[t] E(s+1 .. t) Q B[s],  s = t - ls
-  // (strict form: E(s+1 .. t-1), and the bonus for ls = 0), one pass over the inner index with
-  // the Kb sums in registers.
-  void band(Index t, Matrix<T>& out, window& w) {
+  // Token t of the block starting at b0, in one pass over the inner index that reads each window
+  // row once: its row of the Kb = K - 1 + delta diagonals nearest the main one, summed directly,
+  //   outT[t-d, t] += scale sum_c sum_{ls + lag = d} tap(lag, c) U[t] E(s+1 .. t) Q B[s],  s = t - ls
+  // (strict form: E(s+1 .. t-1), and the bonus for ls = 0) with the Kb sums in registers; its
+  // injection vz[t] = z_t for t >= K-1 (zero below), by Horner from the oldest lag,
+  //   z = (..(tap(0) Q B[s']) f[s'+1] + tap(1) Q B[s'+1]) f[s'+2] + .. + tap(K-1) Q B[t];
+  // ut[t] = U[t+delta] E(b0+1 .. t) with f the running product (zero past the output); and the
+  // block's decay.
+  void token_step(Index t, Index b0, Matrix<T>& outT, window& w, T* f, T* decay) {
     const Index Kb = K_ - 1 + delta_;
-    if (Kb == 0) return;
     if (t + 1 >= Kb) {  // every diagonal exists: the unrolled forms for the common widths
       switch (Kb) {
-        case 1: return band_pass<1>(t, Kb, out, w);
-        case 2: return band_pass<2>(t, Kb, out, w);
-        case 3: return band_pass<3>(t, Kb, out, w);
-        case 4: return band_pass<4>(t, Kb, out, w);
+        case 0: return token_pass<0>(t, b0, Kb, outT, w, f, decay);
+        case 1: return token_pass<1>(t, b0, Kb, outT, w, f, decay);
+        case 2: return token_pass<2>(t, b0, Kb, outT, w, f, decay);
+        case 3: return token_pass<3>(t, b0, Kb, outT, w, f, decay);
+        case 4: return token_pass<4>(t, b0, Kb, outT, w, f, decay);
         default: break;
       }
     }
-    band_pass<0>(t, Kb, out, w);
+    token_pass<-1>(t, b0, Kb, outT, w, f, decay);
   }
 
-  // KB = Kb (and t + 1 >= Kb), or 0 for any Kb and t.
+  // KB = Kb (and t + 1 >= Kb), or -1 for any Kb and t.
   template <int KB>
-  void band_pass(Index t, Index Kb, Matrix<T>& out, window& w) {
-    constexpr int NA = KB > 0 ? KB : int(max_mean_conv) + 1;
-    const Index nls = std::min(Kb, t + 1);  // s = t - ls >= 0
+  void token_pass(Index t, Index b0, Index Kb, Matrix<T>& outT, window& w, T* f, T* decay) {
+    constexpr int NA = KB > 0 ? KB : KB == 0 ? 1 : int(max_mean_conv) + 1;
+    const int nls = KB >= 0 ? KB : int(std::min(Kb, t + 1));  // s = t - ls >= 0
     const T* uf = w.uf(t);
     const T* bf[NA] = {};
     const T* fc[NA] = {};  // the factor joining E at ls (none at ls = 0, nor at 1 in the strict form)
-    for (Index ls = 0; ls < nls; ++ls) {
+    for (int ls = 0; ls < nls; ++ls) {
       bf[ls] = w.bf(t - ls);
       if ((!strict_ && ls >= 1) || (strict_ && ls >= 2)) fc[ls] = w.fac(t - ls + 1);
     }
+    const int nlag = t >= K_ - 1 ? int(K_) : 0;  // injection rows s' + lag, s' = t - (K-1)
+    const T* ib[max_mean_conv] = {};
+    const T* ifc[max_mean_conv] = {};
+    for (int lag = 0; lag < nlag; ++lag) {
+      ib[lag] = w.bf(t - (K_ - 1) + lag);
+      if (lag > 0) ifc[lag] = w.fac(t - (K_ - 1) + lag);
+    }
+    const bool step = t > b0, live = t + delta_ < L_;
+    const T* ft = w.fac(t);
+    const T* un = live ? w.uf(t + delta_) : nullptr;
+    const T* lam = w.lam(t);
+    T* z = w.vz(t);
+    T* ut = ut_.row(t).data();
     const T* bonus = bonus_.data();
     const T* taps = taps_.data();
     T sums[NA] = {};
@@ -375,13 +390,26 @@ class mean_core_term {
       for (Index i = i0; i + V <= i1; i += V) {
         const P u = P::load(uf + i);
         P e = P::broadcast(T(1));
-        for (int ls = 0; ls < (KB > 0 ? KB : int(nls)); ++ls) {
+        for (int ls = 0; ls < nls; ++ls) {
           if (fc[ls]) e = e * P::load(fc[ls] + i);
           const P sv = u * ((strict_ && ls == 0) ? P::load(bonus + i) : e) * P::load(bf[ls] + i);
           // d = ls + lag < Kb and sp = t - d >= 0
-          for (int lag = 0; lag < (KB > 0 ? KB - ls : int(std::min(Kb, t + 1)) - ls); ++lag)
+          for (int lag = 0; lag < (KB >= 0 ? KB - ls : int(std::min(Kb, t + 1)) - ls); ++lag)
             acc[ls + lag] = fma(P::load(taps + lag * m_ + i), sv, acc[ls + lag]);
         }
+        P zv = P::broadcast(T(0));
+        for (int lag = 0; lag < nlag; ++lag) {
+          const P tb = P::load(taps + lag * m_ + i) * P::load(ib[lag] + i);
+          zv = lag > 0 ? fma(zv, P::load(ifc[lag] + i), tb) : tb;
+        }
+        zv.store(z + i);
+        P fv = P::load(f + i);
+        if (step) {
+          fv = fv * P::load(ft + i);
+          fv.store(f + i);
+        }
+        (live ? P::load(un + i) * fv : P::broadcast(T(0))).store(ut + i);
+        Policy::combine(P::load(decay + i), P::load(lam + i)).store(decay + i);
       }
       for (int d = 0; d < NA; ++d) sums[d] += reduce_add(acc[d]);
     };
@@ -389,27 +417,7 @@ class mean_core_term {
     const Index iv = m_ / W * W;
     run(std::integral_constant<int, W>{}, 0, iv);
     if constexpr (W > 1) run(std::integral_constant<int, 1>{}, iv, m_);
-    for (Index d = 0; d < Kb && d <= t; ++d) out(t, t - d) += scale_ * sums[d];
-  }
-
-  // vz[sigma] = z_sigma for sigma >= K-1 (zero below), by Horner from the oldest lag:
-  //   z = (..(tap(0) Q B[s']) f[s'+1] + tap(1) Q B[s'+1]) f[s'+2] + .. + tap(K-1) Q B[sigma].
-  void inject(Index sigma, window& w) {
-    T* z = w.vz(sigma);
-    if (sigma < K_ - 1) {
-      std::fill(z, z + m_, T(0));
-      return;
-    }
-    const Index s0 = sigma - (K_ - 1);  // s' of this injection; the oldest tap decays the most
-    const T* bf = w.bf(s0);
-    for (Index i = 0; i < m_; ++i) z[i] = taps_[std::size_t(i)] * bf[i];
-    for (Index lag = 1; lag < K_; ++lag) {
-      const Index s = s0 + lag;
-      const T* f = w.fac(s);
-      const T* tk = taps_.data() + lag * m_;
-      bf = w.bf(s);
-      for (Index i = 0; i < m_; ++i) z[i] = z[i] * f[i] + tk[i] * bf[i];
-    }
+    for (Index d = 0; d < Kb && d <= t; ++d) outT(t - d, t) += scale_ * sums[d];
   }
 
   // dst row t - t0 = U[t] E(t0+1 .. t) for t in [t0, t1) (zero past the output), f the running product
@@ -454,25 +462,20 @@ class mean_core_term {
 
   buffers& local() { return bufs_[std::min(std::size_t(thread_index()), bufs_.size() - 1)]; }
 
-  // out[t'+delta, sigma-K+1] += scale (U V^T)[t', sigma] for t' in [r0, r0+nr), sigma in [q0, q0+nq),
-  // U given packed (gemm_pack_a of its nr rows), V row-major with row stride ld; rows past the
-  // output and columns before K-1 are cut off.
-  void product(Matrix<T>& out, const T* up, Index r0, Index nr, const T* V, Index q0, Index nq, Index ld,
-               gemm_scratch<T>& g) const {
+  // outT[sigma-K+1, t'+delta] += scale (U V^T)[t', sigma] for t' in [r0, r0+nr), sigma in
+  // [q0, q0+nq), U given packed (gemm_pack_a of its nr rows), V row-major with row stride ld; rows
+  // past the output and columns before K-1 are left out.
+  void product(Matrix<T>& outT, const T* up, Index r0, Index nr, const T* V, Index q0, Index nq, Index ld) const {
     const Index rows = std::min(nr, L_ - delta_ - r0);
     const Index cut = std::max<Index>(0, (K_ - 1) - q0);
     if (rows <= 0 || nq - cut <= 0) return;
-    T* ct = sized(g.ct, gemm_padded_rows<T>(nr) * nq);
-    std::fill(ct, ct + gemm_padded_rows<T>(nr) * nq, T(0));
-    gemm_tile_add(nr, nq, m_, up, gemm_mr<T> * m_, V, ld, ct);
-    // column q of the tile is out column q0 + q - (K-1), q >= cut
-    T* dst = out.data() + (r0 + delta_) * L_ + (q0 + cut - (K_ - 1));
-    gemm_add_transposed(ct + cut * gemm_padded_rows<T>(nr), nr, 0, rows, 0, nq - cut, scale_, dst, L_);
+    T* dst = outT.data() + (q0 + cut - (K_ - 1)) * L_ + (r0 + delta_);
+    gemm_tile_add(rows, nq - cut, m_, up, gemm_mr<T> * m_, V + cut * ld, ld, dst, L_, scale_);
   }
 
   // Row block I of G: against every column block J < I with V's rows scaled by the decay between
-  // the blocks (written once per pair into a buffer the kernel reads in L2), then the diagonal block.
-  void row_block(Index I, Matrix<T>& out) {
+  // the blocks (written once per pair into a buffer the kernel reads in L2).
+  void row_block(Index I, Matrix<T>& outT) {
     const Index i0 = I * mean_block, i1 = std::min(L_, i0 + mean_block), M = ut_.cols();
     buffers& b = local();
     T* acc = sized(b.acc, m_);
@@ -493,33 +496,47 @@ class mean_core_term {
             (P::load(vt + i) * P::load(f + i)).store(w + i);
           });
         }
-        product(out, up, i0, i1 - i0, ws, j0, mean_block, M, b.g);
+        product(outT, up, i0, i1 - i0, ws, j0, mean_block, M);
         combine(acc, blk_.row(J).data());
       }
     }
   }
 
+  // acc *= ft (none: unchanged), then returns u . acc, in one pass with four partial sums (the
+  // dot products of the leaves are too short to hide one add chain's latency).
+  T leaf_step(T* acc, const T* ft, const T* u) const {
+    constexpr Index W = simd::width<T>;
+    using P = Pk<int(W)>;
+    P s[4] = {P::broadcast(T(0)), P::broadcast(T(0)), P::broadcast(T(0)), P::broadcast(T(0))};
+    Index i = 0;
+    for (; i + 4 * W <= m_; i += 4 * W)
+      for (int k = 0; k < 4; ++k) {
+        P x = P::load(acc + i + k * W);
+        if (ft) {
+          x = x * P::load(ft + i + k * W);
+          x.store(acc + i + k * W);
+        }
+        s[k] = fma(P::load(u + i + k * W), x, s[k]);
+      }
+    T r = reduce_add((s[0] + s[1]) + (s[2] + s[3]));
+    for (; i < m_; ++i) {
+      if (ft) acc[i] *= ft[i];
+      r += u[i] * acc[i];
+    }
+    return r;
+  }
+
   // G[t', sigma] for a <= sigma <= t' < e: split in two, the lower-left quadrant a GEMM with both
   // sides referred to the split point, each half recursively; 8 tokens or fewer directly.
-  void diagonal_block(Index a, Index e, Matrix<T>& out, buffers& b, window& w) {
+  void diagonal_block(Index a, Index e, Matrix<T>& outT, buffers& b, window& w) {
     const Index n = e - a, M = ut_.cols();
     T* acc = sized(b.acc, m_);
     T* f = sized(b.f, m_);
     if (n <= 8) {
       for (Index sigma = std::max(a, K_ - 1); sigma < e; ++sigma) {
         std::copy(w.vz(sigma), w.vz(sigma) + m_, acc);
-        for (Index tp = sigma; tp < e && tp + delta_ < L_; ++tp) {
-          if (tp > sigma) {
-            const T* ft = w.fac(tp);
-            for (Index i = 0; i < m_; ++i) acc[i] *= ft[i];
-          }
-          const T* u = w.uf(tp + delta_);
-          const T v = simd::sum_packs<T>(m_, [&](auto w, Index i) {
-            using P = Pk<decltype(w)::value>;
-            return P::load(u + i) * P::load(acc + i);
-          });
-          out(tp + delta_, sigma - (K_ - 1)) += scale_ * v;
-        }
+        for (Index tp = sigma; tp < e && tp + delta_ < L_; ++tp)
+          outT(sigma - (K_ - 1), tp + delta_) += scale_ * leaf_step(acc, tp > sigma ? w.fac(tp) : nullptr, w.uf(tp + delta_));
       }
       return;
     }
@@ -532,9 +549,9 @@ class mean_core_term {
     refer_backward(a, mid, vp, M, f, w);
     T* up = sized(b.up, gemm_padded_rows<T>(e - mid) * m_);
     gemm_pack_a(ur, M, e - mid, m_, up);
-    product(out, up, mid, e - mid, vp, a, h, M, b.g);
-    diagonal_block(a, mid, out, b, w);
-    diagonal_block(mid, e, out, b, w);
+    product(outT, up, mid, e - mid, vp, a, h, M);
+    diagonal_block(a, mid, outT, b, w);
+    diagonal_block(mid, e, outT, b, w);
   }
 
   const mean_term<T>& term_;
@@ -563,19 +580,39 @@ void mean_band_term(const mean_term<T>& term, const context& cx, Matrix<T>& out)
   });
 }
 
-/// The channel mean of a sum of terms, (L, L).
+/// a = a^T in place for a square a, in 32 x 32 blocks swapped across the diagonal.
+template <class T>
+void transpose_in_place(Matrix<T>& a) {
+  constexpr Index S = 32;
+  const Index n = a.rows(), nb = (n + S - 1) / S;
+  T* p = a.data();
+  parallel_for(nb, [&](Index I) {
+    const Index i0 = I * S, i1 = std::min(n, i0 + S);
+    for (Index j0 = 0; j0 <= i0; j0 += S) {  // block (I, J) with its mirror; the diagonal one once
+      const Index j1 = std::min(n, j0 + S);
+      for (Index i = i0; i < i1; ++i)
+        for (Index j = j0; j < std::min(j1, j0 == i0 ? i : j1); ++j) std::swap(p[i * n + j], p[j * n + i]);
+    }
+  });
+}
+
+/// The channel mean of a sum of terms, (L, L). The terms with a core add their means transposed
+/// (their products' packs run along the output's columns), so those go first, then one transposition.
 template <class T>
 Matrix<T> mean_of_terms(const mean_terms<T>& terms, const context& cx) {
   Matrix<T> out = Matrix<T>::Zero(cx.L, cx.L);
   if (cx.L == 0 || cx.D == 0) return out;
+  bool cores = false;
   for (const auto& term : terms) {
-    if (!term.has_core())
-      mean_band_term(term, cx, out);
-    else if (term.S)
+    if (term.S)
       mean_core_term<T, log_decay>(term, cx).accumulate(out);
-    else
+    else if (term.R)
       mean_core_term<T, linear_decay>(term, cx).accumulate(out);
+    cores = cores || term.has_core();
   }
+  if (cores) transpose_in_place(out);
+  for (const auto& term : terms)
+    if (!term.has_core()) mean_band_term(term, cx, out);
   return out;
 }
 
