@@ -1,7 +1,7 @@
 // The mean path's product kernel (backend/cpu/gemm.hpp) against plain loops in double: every
-// micro-tile tail (rows past a whole panel, fewer than gemm_nr columns), inner lengths with and
-// without SIMD tails, row strides larger than the rows, accumulation into existing values, a slice
-// of a longer packing, float and double. Built once for the baseline ISA and, where the compiler
+// micro-tile tail (rows past a whole panel, a last panel of one pack of rows, fewer than gemm_nr
+// columns), inner lengths with and without SIMD tails, row strides larger than the rows,
+// accumulation into existing values, a slice of a longer packing, float and double. Built once for the baseline ISA and, where the compiler
 // takes -march=native, once more for the build machine's (gemm_native_test), so both pack widths run.
 #include "support/test_common.hpp"
 
@@ -35,7 +35,9 @@ void check_gemm(Index m, Index n, Index k) {
 }  // namespace
 
 TEST_CASE("gemm: every micro-tile tail and inner length", "[gemm]") {
-  for (Index m : {Index(1), gemm_mr<float> - 1, gemm_mr<float>, gemm_mr<float> + 1, Index(33), Index(64)})
+  constexpr Index W = iattn::simd::width<float>;  // a panel of one pack of rows takes the half kernel
+  for (Index m : {Index(1), W, gemm_mr<float> - 1, gemm_mr<float>, gemm_mr<float> + 1, gemm_mr<float> + W, Index(33),
+                  Index(64)})
     for (Index n : {Index(1), gemm_nr - 1, gemm_nr, gemm_nr + 1, Index(13), Index(64)})
       for (Index k : {Index(0), Index(1), Index(7), Index(8), Index(9), Index(64), Index(257)}) {
         check_gemm<float>(m, n, k);

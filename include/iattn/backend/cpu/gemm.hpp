@@ -52,10 +52,13 @@ inline Index gemm_padded_rows(Index m) {
 }
 
 #if IATTN_GEMM_PACK_AVX
-// dst[p * 16 + r] = src[r * lda + p] for r < 16 and p < k0 (a multiple of 8), by 8 x 8 transposes.
-inline void gemm_pack16_avx(const float* src, Index lda, Index k0, float* dst) {
-  for (Index p = 0; p < k0; p += 8)
-    for (Index h = 0; h < 16; h += 8) {
+// dst[p * 16 + r] = src[r * lda + p] for r < rows and p < k0 (a multiple of 8), by 8 x 8
+// transposes; rows is 16 or 8 (then rows 8 to 15 of the panel are zeros).
+inline void gemm_pack16_avx(const float* src, Index lda, Index k0, float* dst, Index rows) {
+  for (Index p = 0; p < k0; p += 8) {
+    if (rows == 8)
+      for (int j = 0; j < 8; ++j) _mm256_storeu_ps(dst + p * 16 + j * 16 + 8, _mm256_setzero_ps());
+    for (Index h = 0; h < rows; h += 8) {
       const float* s = src + h * lda + p;
       __m256 r[8], t[8], u[8];
       for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(s + i * lda);
@@ -75,6 +78,7 @@ inline void gemm_pack16_avx(const float* src, Index lda, Index k0, float* dst) {
         _mm256_storeu_ps(d + (j + 4) * 16, _mm256_permute2f128_ps(u[j], u[j + 4], 0x31));
       }
     }
+  }
 }
 #endif
 
@@ -86,69 +90,71 @@ void gemm_pack_a(const T* A, Index lda, Index m, Index k, T* ap) {
   for (Index q = 0; q * MR < m; ++q) {
     T* dst = ap + q * MR * k;
     const Index rows = std::min(MR, m - q * MR);
-    Index p0 = 0;  // columns [0, p0) packed by the transposes
+    Index p0 = 0;  // columns [0, p0) packed (and padded) by the transposes
 #if IATTN_GEMM_PACK_AVX
     if constexpr (std::is_same_v<T, float> && MR == 16)
-      if (rows == MR) {
+      if (rows == MR || rows == MR / 2) {
         p0 = k / 8 * 8;
-        gemm_pack16_avx(A + q * MR * lda, lda, p0, dst);
+        gemm_pack16_avx(A + q * MR * lda, lda, p0, dst, rows);
       }
 #endif
     for (Index r = 0; r < rows; ++r) {
       const T* src = A + (q * MR + r) * lda;
       for (Index p = p0; p < k; ++p) dst[p * MR + r] = src[p];
     }
-    for (Index r = rows; r < MR; ++r)
-      for (Index p = 0; p < k; ++p) dst[p * MR + r] = T(0);
+    for (Index p = p0; p < k; ++p)
+      for (Index r = rows; r < MR; ++r) dst[p * MR + r] = T(0);
   }
 }
 
 // C[c * ldc + r] += alpha sum_p ap[p * MR + r] B[c * ldb + p] for one panel, NR columns, the
-// panel's first `rows` rows (all MR of them but in the last panel).
-template <class T, int NR>
+// panel's first `rows` rows (all MR of them but in the last panel); PK packs of rows are computed
+// (1 when rows fit one pack: the panel's zero half is skipped).
+template <class T, int NR, int PK>
 inline void gemm_micro(Index k, const T* ap, const T* B, Index ldb, T* C, Index ldc, T alpha, Index rows) {
   constexpr int W = simd::width<T>;
   using P = simd::pack<T, W>;
-  P acc[2][NR];
-  for (int c = 0; c < NR; ++c) acc[0][c] = acc[1][c] = P::broadcast(T(0));
+  P acc[PK][NR];
+  for (int h = 0; h < PK; ++h)
+    for (int c = 0; c < NR; ++c) acc[h][c] = P::broadcast(T(0));
   const T* b[NR];
   for (int c = 0; c < NR; ++c) b[c] = B + c * ldb;
   for (Index p = 0; p < k; ++p) {
-    const P a0 = P::load(ap + p * 2 * W), a1 = P::load(ap + p * 2 * W + W);
+    P a[PK];
+    for (int h = 0; h < PK; ++h) a[h] = P::load(ap + p * 2 * W + h * W);
     for (int c = 0; c < NR; ++c) {
       const P bc = P::broadcast(b[c][p]);
-      acc[0][c] = fma(a0, bc, acc[0][c]);
-      acc[1][c] = fma(a1, bc, acc[1][c]);
+      for (int h = 0; h < PK; ++h) acc[h][c] = fma(a[h], bc, acc[h][c]);
     }
   }
   const P al = P::broadcast(alpha);
-  if (rows == 2 * W) {
-    for (int c = 0; c < NR; ++c) {
-      fma(acc[0][c], al, P::load(C + c * ldc)).store(C + c * ldc);
-      fma(acc[1][c], al, P::load(C + c * ldc + W)).store(C + c * ldc + W);
-    }
+  if (rows == PK * W) {
+    for (int c = 0; c < NR; ++c)
+      for (int h = 0; h < PK; ++h) fma(acc[h][c], al, P::load(C + c * ldc + h * W)).store(C + c * ldc + h * W);
   } else {
-    T tmp[2 * W];
+    T tmp[PK * W];
     for (int c = 0; c < NR; ++c) {
-      acc[0][c].store(tmp);
-      acc[1][c].store(tmp + W);
+      for (int h = 0; h < PK; ++h) acc[h][c].store(tmp + h * W);
       for (Index r = 0; r < rows; ++r) C[c * ldc + r] += alpha * tmp[r];
     }
   }
 }
 
-template <class T>
-inline void gemm_micro_tail(Index nr, Index k, const T* ap, const T* B, Index ldb, T* C, Index ldc, T alpha,
-                            Index rows) {
+// One panel against nr <= gemm_nr rows of B.
+template <class T, int PK>
+inline void gemm_micro_any(Index nr, Index k, const T* ap, const T* B, Index ldb, T* C, Index ldc, T alpha,
+                           Index rows) {
   switch (nr) {
-    case 5: gemm_micro<T, 5>(k, ap, B, ldb, C, ldc, alpha, rows); break;
-    case 4: gemm_micro<T, 4>(k, ap, B, ldb, C, ldc, alpha, rows); break;
-    case 3: gemm_micro<T, 3>(k, ap, B, ldb, C, ldc, alpha, rows); break;
-    case 2: gemm_micro<T, 2>(k, ap, B, ldb, C, ldc, alpha, rows); break;
-    case 1: gemm_micro<T, 1>(k, ap, B, ldb, C, ldc, alpha, rows); break;
+    case 6: gemm_micro<T, 6, PK>(k, ap, B, ldb, C, ldc, alpha, rows); break;
+    case 5: gemm_micro<T, 5, PK>(k, ap, B, ldb, C, ldc, alpha, rows); break;
+    case 4: gemm_micro<T, 4, PK>(k, ap, B, ldb, C, ldc, alpha, rows); break;
+    case 3: gemm_micro<T, 3, PK>(k, ap, B, ldb, C, ldc, alpha, rows); break;
+    case 2: gemm_micro<T, 2, PK>(k, ap, B, ldb, C, ldc, alpha, rows); break;
+    case 1: gemm_micro<T, 1, PK>(k, ap, B, ldb, C, ldc, alpha, rows); break;
     default: break;
   }
 }
+static_assert(gemm_nr == 6, "gemm_micro_any dispatches up to 6 rows of B");
 
 /// C[j * ldc + i] += alpha sum_p A[i, p] B[j * ldb + p] for i < m, j < n: the product of A, given
 /// packed (gemm_pack_a of at least m rows), and B's rows [0, n) over k inner indices, added to C
@@ -163,10 +169,13 @@ void gemm_tile_add(Index m, Index n, Index k, const T* ap, Index panel_stride, c
     const T* a = ap + q * panel_stride;
     T* c = C + q * gemm_mr<T>;
     const Index rows = std::min(gemm_mr<T>, m - q * gemm_mr<T>);
-    Index j = 0;
-    for (; j + gemm_nr <= n; j += gemm_nr)
-      gemm_micro<T, int(gemm_nr)>(k, a, B + j * ldb, ldb, c + j * ldc, ldc, alpha, rows);
-    if (j < n) gemm_micro_tail<T>(n - j, k, a, B + j * ldb, ldb, c + j * ldc, ldc, alpha, rows);
+    for (Index j = 0; j < n; j += gemm_nr) {
+      const Index nr = std::min(gemm_nr, n - j);
+      if (rows > simd::width<T>)
+        gemm_micro_any<T, 2>(nr, k, a, B + j * ldb, ldb, c + j * ldc, ldc, alpha, rows);
+      else
+        gemm_micro_any<T, 1>(nr, k, a, B + j * ldb, ldb, c + j * ldc, ldc, alpha, rows);
+    }
   }
 }
 
