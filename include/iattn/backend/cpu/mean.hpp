@@ -424,16 +424,15 @@ class mean_core_term {
   // of at most mean_block per-token factors.
   void refer_forward(Index t0, Index t1, T* dst, Index ld, T* f, window& w) const {
     std::fill(f, f + m_, T(1));
-    for (Index t = t0; t < t1; ++t) refer_forward_row(t, t0, dst + (t - t0) * ld, f, w);
-  }
-  // One step of refer_forward: f advanced to E(t0+1 .. t), d = U[t] f.
-  void refer_forward_row(Index t, Index t0, T* d, T* f, window& w) const {
-    if (t > t0) multiply(f, w.fac(t));
-    if (t + delta_ < L_) {
-      const T* u = w.uf(t + delta_);
-      for (Index i = 0; i < m_; ++i) d[i] = u[i] * f[i];
-    } else {
-      std::fill(d, d + m_, T(0));
+    for (Index t = t0; t < t1; ++t) {
+      T* d = dst + (t - t0) * ld;
+      if (t > t0) multiply(f, w.fac(t));
+      if (t + delta_ < L_) {
+        const T* u = w.uf(t + delta_);
+        for (Index i = 0; i < m_; ++i) d[i] = u[i] * f[i];
+      } else {
+        std::fill(d, d + m_, T(0));
+      }
     }
   }
   // dst row s - a = z_s f E(s+1 .. e-1) for s in [a, e), backwards; f holds the factor at e on entry.
