@@ -1,8 +1,9 @@
 // The mean path's product kernel (backend/cpu/gemm.hpp) against plain loops in double: every
 // micro-tile tail (rows past a whole panel, a last panel of one pack of rows, fewer than gemm_nr
 // columns), inner lengths with and without SIMD tails, row strides larger than the rows,
-// accumulation into existing values, a slice of a longer packing, float and double. Built once for the baseline ISA and, where the compiler
-// takes -march=native, once more for the build machine's (gemm_native_test), so both pack widths run.
+// accumulation into existing values, a slice of a longer packing, float and double. Built once for
+// the baseline ISA and, where the compiler takes -march=native, once more for the build machine's
+// (gemm_native_test), so both pack widths run.
 #include "support/test_common.hpp"
 
 #include <iattn/backend/cpu/gemm.hpp>
