@@ -298,7 +298,7 @@ class mean_core_term {
           const Index o = j * N_, h = head_[std::size_t(j)], g = group_[std::size_t(j)];
           const T p = post ? post[j] : T(1), q = pre ? pre[j] : T(1);
           const T* rate = mode == 0 ? S->decay_rate().row(h) : lrow + h * N_;  // per state: lambda's row
-          const T d = mode == 0 ? lrow[h] : mode == 2 ? lrow[h] : T(1);
+          const T d = mode == 1 ? T(1) : lrow[h];  // dt (factored) or the head's scalar log-decay
           simd::for_packs<T>(N_, [&](auto wd, Index m) {
             using P = Pk<decltype(wd)::value>;
             const P l = mode == 2 ? P::broadcast(d) : mode == 0 ? P::broadcast(d) * P::load(rate + m) : P::load(rate + m);
