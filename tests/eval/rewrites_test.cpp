@@ -124,3 +124,63 @@ TEST_CASE("exp2_n: the interleaved decay kernel equals exp2 lane by lane", "[rew
     }
   }
 }
+
+// apply_slabs hands the caller's X and Y to a chain diag * scan * diag * conv (rows read and written
+// in place, the convolution formed per token inside the scan): D = 300 is three slabs (128, 128,
+// 44), so the row strides differ from the slab width. dt has negative entries at some tokens and A
+// one positive entry in one case, so the Mamba-1 scan takes both its exp kernels (exp2_nonpos_n when
+// every exponent dt * A of the token is <= 0, exp2_n otherwise) and switches between them mid-scan.
+TEMPLATE_TEST_CASE("the Mamba-1 composite streams rows in place, across slabs and both exp kernels", "[rewrites][fold]",
+                   float, double) {
+  using T = TestType;
+  using namespace iattn;
+  const Index D = 300, N = 4;
+  for (Index L : {Index(1), Index(7), Index(70)})
+    for (Index K : {Index(4), L})
+      for (bool mixed : {false, true}) {
+        INFO("L = " << L << ", K = " << K << (mixed ? ", mixed signs" : ", dt >= 0 and A <= 0"));
+        const Mat<T> g = normal<T>(L, D), u = normal<T>(L, D), B = normal<T>(L, N), C = normal<T>(L, N);
+        const Mat<T> x = normal<T>(L, D), w = normal<T>(K, D, 0.5);
+        Mat<T> dt = uniform<T>(L, D, 0.01, 0.3), A = -uniform<T>(D, N, 0.1, 2.0);
+        if (mixed) {
+          for (Index t = 1; t < L; t += 3) dt(t, (7 * t) % D) = T(-0.05);  // exponents > 0 at these tokens
+          A(200, 1) = T(0.5);  // and everywhere in the third slab
+        }
+        const auto e = diagonal(g) * semiseparable(factored_decay(dt, A), B, C, {.heads = D}) * diagonal(dt) *
+                       diagonal(u) * causal_conv(w);
+        auto dense = [&](Index c) { return MatD(materialize(e, c, L).template cast<double>()); };
+        check_close(apply(e, x), dense_apply(dense, dd(x)), tolerance<T>());
+        for (Index t : {Index(0), L - 1}) {
+          const MatD r = row(e, t).template cast<double>();
+          for (Index c : {Index(0), Index(299)}) check_close(r.row(c), dense(c).row(t), tolerance<T>());
+        }
+      }
+}
+
+TEST_CASE("exp2_nonpos_n equals exp2 bit for bit on z <= 0 and NaN", "[rewrites][simd]") {
+  using P = iattn::simd::pack<float, iattn::simd::width<float>>;
+  constexpr int W = iattn::simd::width<float>;
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<float> z = {0.f, -0.f, -0.5f, -1.5f, -126.5f, -126.9f, -127.f, -127.5f, -300.f, -inf, -1e-30f,
+                          std::numeric_limits<float>::quiet_NaN()};
+  for (int i = 0; i < 300; ++i) z.push_back(-0.4321f * float(i));
+  while (z.size() % (2 * W)) z.push_back(-1.f / float(z.size()));
+  for (std::size_t i = 0; i < z.size(); i += 2 * W) {
+    P a[2];
+    for (int k = 0; k < 2; ++k) a[k] = P::load(z.data() + i + std::size_t(k * W));
+    exp2_nonpos_n(a);
+    for (int k = 0; k < 2; ++k) {
+      float got[W], want[W];
+      a[k].store(got);
+      exp2(P::load(z.data() + i + std::size_t(k * W))).store(want);
+      for (int l = 0; l < W; ++l) {
+        const float zi = z[i + std::size_t(k * W + l)];
+        INFO("z = " << zi);
+        if (std::isnan(zi)) REQUIRE(std::isnan(got[l]));
+        else REQUIRE(std::memcmp(&got[l], &want[l], sizeof(float)) == 0);
+        if (zi <= -127.f) REQUIRE(got[l] == 0.f);
+        if (zi == 0.f) REQUIRE(got[l] == 1.f);
+      }
+    }
+  }
+}

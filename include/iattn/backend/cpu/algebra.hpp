@@ -23,27 +23,32 @@ template <class A, class B>
 struct slab_eval<Sum<A, B>> {
   template <class T>
   static void apply(const Sum<A, B>& n, const context& cx, Index c0, Index nc, const T* x, T* y) {
-    apply_scaled(n, cx, c0, nc, x, y, diag_scales<T>{});
+    apply_scaled(n, cx, c0, nc, x, y, row_ops<T>{});
   }
   /// y = post (A + B)(pre x) = post A (pre x) + post B (pre x), the scalings folded into each term.
   template <class T>
   static void apply_scaled(const Sum<A, B>& n, const context& cx, Index c0, Index nc, const T* x, T* y,
-                           const diag_scales<T>& sc) {
+                           const row_ops<T>& sc) {
     cpu_detail::apply_scaled(n.left(), cx, c0, nc, x, y, sc);
     if constexpr (std::is_same_v<B, Diagonal<T>>) {
-      diag_scales<T> s = sc;
+      row_ops<T> s = sc;
       s.pre.push_back({n.right().d().data(), n.right().d().cols(), n.right().constant()});
       std::vector<T> row(static_cast<std::size_t>(nc));
       for (Index t = 0; t < cx.L; ++t) {
-        scale_row(s.pre, t, c0, nc, x + t * nc, row.data());
-        scale_row(s.post, t, c0, nc, row.data(), row.data());
-        T* yt = y + t * nc;
+        const T* in = input_row(&s, t, c0, nc, x, row.data());
+        scale_row(s.post, t, c0, nc, in, row.data());
+        T* yt = output_row(&s, t, nc, y);
         for (Index j = 0; j < nc; ++j) yt[j] += row[std::size_t(j)];
       }
     } else {
       scratch<T> tmp(cx.L * nc);
-      cpu_detail::apply_scaled(n.right(), cx, c0, nc, x, tmp.data(), sc);
-      for (Index i = 0; i < cx.L * nc; ++i) y[i] += tmp[i];
+      row_ops<T> s = sc;
+      s.ldy = 0;  // tmp is a slab
+      cpu_detail::apply_scaled(n.right(), cx, c0, nc, x, tmp.data(), s);
+      for (Index t = 0; t < cx.L; ++t) {
+        T* yt = output_row(&sc, t, nc, y);
+        for (Index j = 0; j < nc; ++j) yt[j] += tmp[t * nc + j];
+      }
     }
   }
   template <class T>

@@ -14,6 +14,7 @@
 #include "../../ops/scaled.hpp"
 #include "../../ops/sum.hpp"
 #include "parallel.hpp"
+#include "product.hpp"
 #include "tile.hpp"
 
 #include <algorithm>
@@ -25,12 +26,25 @@ namespace iattn::cpu_detail {
 /// block in cache for moderate L.
 inline constexpr Index slab_width = 128;
 
-/// Y = H X for a bound expression, slab by slab (in parallel): the fused, channel-local pass.
+/// Y = H X for a bound expression, slab by slab (in parallel): the fused, channel-local pass. A
+/// chain that streams (streams_rows_v: diag * scan * diag * conv) reads X's rows and writes Y's in
+/// place; everything else runs on copied (L, nc) slabs.
 template <class T, class Node>
 Matrix<T> apply_slabs(const Node& n, const context& cx, const Matrix<T>& X, bool transposed = false) {
   Matrix<T> Y(cx.L, cx.D);
   if (cx.L == 0 || cx.D == 0) return Y;
   const Index nslabs = (cx.D + slab_width - 1) / slab_width;
+  if constexpr (streams_rows_v<T, Node>) {
+    if (!transposed) {
+      parallel_for(nslabs, [&](Index s) {
+        const Index c0 = s * slab_width, nc = std::min(slab_width, cx.D - c0);
+        row_ops<T> io;
+        io.ldx = io.ldy = cx.D;
+        apply_scaled(n, cx, c0, nc, X.data() + c0, Y.data() + c0, io);
+      });
+      return Y;
+    }
+  }
   parallel_for(nslabs, [&](Index s) {
     const Index c0 = s * slab_width, nc = std::min(slab_width, cx.D - c0);
     scratch<T> x(cx.L * nc), y(cx.L * nc);

@@ -15,28 +15,29 @@ namespace iattn::cpu_detail {
 template <class T>
 struct slab_eval<LinearRecurrence<T>> {
   static void apply(const LinearRecurrence<T>& n, const context& cx, Index c0, Index nc, const T* x, T* y) {
-    apply_scaled(n, cx, c0, nc, x, y, diag_scales<T>{});
+    apply_scaled(n, cx, c0, nc, x, y, row_ops<T>{});
   }
   /// y = post * (R (pre * x)), the diagonal factors applied per token inside the scan.
   static void apply_scaled(const LinearRecurrence<T>& n, const context& cx, Index c0, Index nc, const T* x, T* y,
-                           const diag_scales<T>& sc) {
+                           const row_ops<T>& sc) {
     std::vector<T> h(static_cast<std::size_t>(nc), T(0)), xbuf(static_cast<std::size_t>(nc));
     for (Index t = 0; t < cx.L; ++t) {
       const T* a = n.a().row(t) + c0;
       const T* b = n.b().row(t) + c0;
-      prefetch_scales(&sc, cx.L, t + prefetch_ahead, c0, nc);
+      prefetch_scales(&sc, cx.L, t + prefetch_ahead, c0, nc, x);
       if (t + prefetch_ahead < cx.L) {
         prefetch_row(n.a().data(), n.a().cols(), t + prefetch_ahead, c0, nc);
         prefetch_row(n.b().data(), n.b().cols(), t + prefetch_ahead, c0, nc);
       }
-      const T* xt = input_row(&sc, t, c0, nc, x + t * nc, xbuf.data());
+      const T* xt = input_row(&sc, t, c0, nc, x, xbuf.data());
+      T* yt = output_row(&sc, t, nc, y);
       simd::for_packs<T>(nc, [&](auto w, Index j) {
         using P = simd::pack<T, decltype(w)::value>;
         const P hv = fma(P::load(a + j), P::load(h.data() + j), P::load(b + j) * P::load(xt + j));
         hv.store(h.data() + j);
-        hv.store(y + t * nc + j);
+        hv.store(yt + j);
       });
-      finish_row(&sc, t, c0, nc, y + t * nc);
+      finish_row(&sc, t, c0, nc, yt);
     }
   }
   static void apply_t(const LinearRecurrence<T>& n, const context& cx, Index c0, Index nc, const T* x, T* y) {

@@ -13,8 +13,10 @@
 #pragma once
 
 #include "../../ops/diagonal.hpp"
+#include "../../ops/linear_recurrence.hpp"
 #include "../../ops/product.hpp"
 #include "../../ops/scaled.hpp"
+#include "../../ops/semiseparable.hpp"
 #include "../../ops/sum.hpp"
 #include "tile.hpp"
 
@@ -24,18 +26,24 @@
 
 namespace iattn::cpu_detail {
 
-/// y = post * (Node (pre * x)): the node's own folded apply when it has one (the scans), else
-/// whole-slab scaling passes around its apply.
+/// y = post * (Node (pre * conv x)): the node's own streaming apply when it has one (the scans),
+/// else whole-slab passes around its apply. The fallback takes slab rows only (ldx = ldy = 0):
+/// apply_slabs hands over the caller's matrices only where streams_rows says every row stays in a
+/// streaming node.
 template <class Node, class T>
-void apply_scaled(const Node& n, const context& cx, Index c0, Index nc, const T* x, T* y, const diag_scales<T>& sc) {
+void apply_scaled(const Node& n, const context& cx, Index c0, Index nc, const T* x, T* y, const row_ops<T>& sc) {
   if constexpr (requires { slab_eval<Node>::apply_scaled(n, cx, c0, nc, x, y, sc); }) {
     slab_eval<Node>::apply_scaled(n, cx, c0, nc, x, y, sc);
   } else {
-    if (sc.pre.empty()) {
+    if (!sc.shapes_input()) {
       slab_eval<Node>::apply(n, cx, c0, nc, x, y);
     } else {
       scratch<T> tmp(cx.L * nc);
-      for (Index t = 0; t < cx.L; ++t) scale_row(sc.pre, t, c0, nc, x + t * nc, tmp.data() + t * nc);
+      for (Index t = 0; t < cx.L; ++t) {
+        T* row = tmp.data() + t * nc;
+        const T* in = input_row(&sc, t, c0, nc, x, row);
+        if (in != row) std::copy(in, in + nc, row);
+      }
       slab_eval<Node>::apply(n, cx, c0, nc, tmp.data(), y);
     }
     if (!sc.post.empty())
@@ -50,25 +58,37 @@ template <class A, class B>
 struct slab_eval<Product<A, B>> {
   template <class T>
   static void apply(const Product<A, B>& n, const context& cx, Index c0, Index nc, const T* x, T* y) {
-    apply_scaled(n, cx, c0, nc, x, y, diag_scales<T>{});
+    apply_scaled(n, cx, c0, nc, x, y, row_ops<T>{});
   }
-  /// A chain diag * ... * diag runs as one pass of its non-diagonal core: right-hand diagonals join
-  /// the core's input scalings, left-hand ones its output scalings (they commute with each other).
+  /// A chain diag * ... * diag * conv runs as one pass of its non-diagonal core: right-hand
+  /// diagonals join the core's input scalings, left-hand ones its output scalings (they commute with
+  /// each other), and a convolution that is the first factor applied to x is formed per token
+  /// inside the core's pass (row_ops::conv).
   template <class T>
   static void apply_scaled(const Product<A, B>& n, const context& cx, Index c0, Index nc, const T* x, T* y,
-                           const diag_scales<T>& sc) {
+                           const row_ops<T>& sc) {
     if constexpr (is_plain_diagonal_v<B, T>) {
-      diag_scales<T> s = sc;
+      row_ops<T> s = sc;
       s.pre.push_back({n.right().d().data(), n.right().d().cols(), n.right().constant()});
       cpu_detail::apply_scaled(n.left(), cx, c0, nc, x, y, s);
     } else if constexpr (is_plain_diagonal_v<A, T>) {
-      diag_scales<T> s = sc;
+      row_ops<T> s = sc;
       s.post.push_back({n.left().d().data(), n.left().d().cols(), n.left().constant()});
       cpu_detail::apply_scaled(n.right(), cx, c0, nc, x, y, s);
     } else {
+      if constexpr (std::is_same_v<B, CausalConv<T>>) {
+        if (!sc.shapes_input()) {
+          row_ops<T> s = sc;
+          s.conv = &n.right();
+          return cpu_detail::apply_scaled(n.left(), cx, c0, nc, x, y, s);
+        }
+      }
       scratch<T> tmp(cx.L * nc);
-      cpu_detail::apply_scaled(n.right(), cx, c0, nc, x, tmp.data(), diag_scales<T>{sc.pre, {}});
-      cpu_detail::apply_scaled(n.left(), cx, c0, nc, tmp.data(), y, diag_scales<T>{{}, sc.post});
+      row_ops<T> in, out;
+      in.pre = sc.pre, in.conv = sc.conv, in.ldx = sc.ldx;
+      out.post = sc.post, out.ldy = sc.ldy;
+      cpu_detail::apply_scaled(n.right(), cx, c0, nc, x, tmp.data(), in);
+      cpu_detail::apply_scaled(n.left(), cx, c0, nc, tmp.data(), y, out);
     }
   }
   template <class T>
@@ -78,6 +98,27 @@ struct slab_eval<Product<A, B>> {
     slab_eval<B>::apply_t(n.right(), cx, c0, nc, tmp.data(), y);
   }
 };
+
+/// True when apply_scaled(n, ...) with fresh row_ops reaches one streaming core (a scan) through
+/// diagonals and at most one convolution, the convolution being the first factor applied to x: then
+/// every row of x and y is touched only inside the core's token loop, and apply_slabs hands the
+/// caller's matrices over in place instead of copying slabs (row_ops::ldx, ldy). Mirrors the
+/// branches of slab_eval<Product>::apply_scaled; conv_first is false once a diagonal sits to the
+/// right of the remaining factors.
+template <class T, class Node>
+constexpr bool streams_rows(const Node*, bool /*conv_first*/) {
+  return std::is_same_v<Node, Semiseparable<T>> || std::is_same_v<Node, LinearRecurrence<T>>;
+}
+template <class T, class A, class B>
+constexpr bool streams_rows(const Product<A, B>*, bool conv_first) {
+  if constexpr (is_plain_diagonal_v<B, T>) return streams_rows<T>(static_cast<const A*>(nullptr), false);
+  else if constexpr (is_plain_diagonal_v<A, T>) return streams_rows<T>(static_cast<const B*>(nullptr), conv_first);
+  else if constexpr (std::is_same_v<B, CausalConv<T>>)
+    return conv_first && streams_rows<T>(static_cast<const A*>(nullptr), false);
+  else return false;
+}
+template <class T, class Node>
+inline constexpr bool streams_rows_v = streams_rows<T>(static_cast<const Node*>(nullptr), true);
 
 template <class N>
 struct is_sum_node : std::false_type {};

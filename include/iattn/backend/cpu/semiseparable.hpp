@@ -45,7 +45,7 @@ struct slab_eval<Semiseparable<T>> {
   }
   /// y = post * (S (pre * x)), the diagonal factors applied per token inside the scan.
   static void apply_scaled(const Semiseparable<T>& n, const context& cx, Index c0, Index nc, const T* x, T* y,
-                           const diag_scales<T>& sc) {
+                           const row_ops<T>& sc) {
     run<false>(n, cx, c0, nc, x, y, &sc);
   }
   static void apply_t(const Semiseparable<T>& n, const context& cx, Index c0, Index nc, const T* x, T* y) {
@@ -54,7 +54,7 @@ struct slab_eval<Semiseparable<T>> {
 
  private:
   template <bool Transposed>
-  static void run(const Semiseparable<T>& n, const context& cx, Index c0, Index nc, const T* x, T* y, const diag_scales<T>* sc) {
+  static void run(const Semiseparable<T>& n, const context& cx, Index c0, Index nc, const T* x, T* y, const row_ops<T>* sc) {
     if (n.factored() && n.head_dim() == 1) return run_across_channels<Transposed>(n, cx, c0, nc, x, y, sc);
     if constexpr (!Transposed)
       if (takes_chunked_apply(n)) return run_chunked(n, cx, c0, nc, x, y, sc);
@@ -93,8 +93,8 @@ struct slab_eval<Semiseparable<T>> {
       }
       const T* Brow = Bc.row(t);
       const T* Crow = Cc.row(t);
-      const T* xt = input_row(sc, t, c0, nc, x + t * nc, xbuf.data());
-      T* yt = y + t * nc;
+      const T* xt = input_row(sc, t, c0, nc, x, xbuf.data());
+      T* yt = output_row(sc, t, nc, y);
       for (const head_span& hs : spans) {
         const T* in = (Transposed ? Crow : Brow) + hs.g_off;
         const T* out = (Transposed ? Brow : Crow) + hs.g_off;
@@ -120,7 +120,7 @@ struct slab_eval<Semiseparable<T>> {
   // The heads of one B/C group share C B^T, C h and B^T X' (X' = X with each head's rows scaled):
   // three GEMMs per chunk and group, and one (chunk, chunk) x (chunk, P) GEMM per head.
   static void run_chunked(const Semiseparable<T>& n, const context& cx, Index c0, Index nc, const T* x, T* y,
-                          const diag_scales<T>* sc) {
+                          const row_ops<T>* sc) {
     using map = Eigen::Map<Matrix<T>, 0, Eigen::OuterStride<>>;
     using cmap = Eigen::Map<const Matrix<T>, 0, Eigen::OuterStride<>>;
     using vec = Eigen::Matrix<T, Eigen::Dynamic, 1>;
@@ -140,10 +140,10 @@ struct slab_eval<Semiseparable<T>> {
       const bool carry = t0 > 0, pass_on = t0 + tc < L;  // a state comes in / goes out
       for (Index i = 0; i < tc; ++i) {
         T* row = xin.row(i).data();
-        const T* in = input_row(sc, t0 + i, c0, nc, x + (t0 + i) * nc, row);
+        const T* in = input_row(sc, t0 + i, c0, nc, x, row);
         if (in != row) std::copy(in, in + nc, row);
       }
-      map Y(y + t0 * nc, tc, nc, Eigen::OuterStride<>(nc));
+      map Y(output_row(sc, t0, nc, y), tc, nc, Eigen::OuterStride<>(sc ? sc->y_stride(nc) : nc));
       for (const group_run& r : runs) {
         const cmap Bg(n.B().row(t0) + r.g * N, tc, N, Eigen::OuterStride<>(ld));
         const cmap Cg(n.C().row(t0) + r.g * N, tc, N, Eigen::OuterStride<>(ld));
@@ -177,7 +177,7 @@ struct slab_eval<Semiseparable<T>> {
         }
         if (pass_on) state.middleCols(r.j0, wr).noalias() += Bg.transpose() * xs.block(0, r.j0, tc, wr);
       }
-      for (Index i = 0; i < tc; ++i) finish_row(sc, t0 + i, c0, nc, y + (t0 + i) * nc);
+      for (Index i = 0; i < tc; ++i) finish_row(sc, t0 + i, c0, nc, output_row(sc, t0 + i, nc, y));
     }
   }
   // out[i] = exp(in[i]) for i < count (out may be in).
@@ -193,7 +193,7 @@ struct slab_eval<Semiseparable<T>> {
   // register. No horizontal reductions, and L*nc + nc*N decay inputs instead of L*nc*N.
   template <bool Transposed>
   static void run_across_channels(const Semiseparable<T>& n, const context& cx, Index c0, Index nc, const T* x,
-                                  T* y, const diag_scales<T>* sc) {
+                                  T* y, const row_ops<T>* sc) {
     std::vector<T> xbuf(static_cast<std::size_t>(nc));
     const Index L = cx.L, N = n.state();
     const bool strict = n.strict();
@@ -206,49 +206,102 @@ struct slab_eval<Semiseparable<T>> {
         rate[std::size_t(m * nc + j)] = n.decay_rate()(c0 + j, m) * log2e;
         if (n.has_bonus()) bonus[std::size_t(m * nc + j)] = n.bonus()(c0 + j, m);
       }
+    // Every exponent dt * A is <= 0 (or NaN) when A <= 0 and the token's dt >= 0, the normal case
+    // (docs/operators.md): then the decays take exp2_nonpos_n, the same bits one operation sooner.
+    const bool rate_nonpos = std::none_of(rate.begin(), rate.end(), [](T r) { return r > T(0); });
     const T* u = bonus.empty() ? nullptr : bonus.data();
-    // Runs of channels that share a B/C group.
-    std::vector<std::pair<Index, Index>> runs;
+    // Runs of channels [j0, j1) that share a B/C group, whose columns start at g_off.
+    struct group_run {
+      Index j0, j1, g_off;
+    };
+    std::vector<group_run> runs;
     for (Index j = 0; j < nc;) {
       const Index g = n.group_of_head(c0 + j);
       Index e = j + 1;
       while (e < nc && n.group_of_head(c0 + e) == g) ++e;
-      runs.emplace_back(j, e);
+      runs.push_back({j, e, g * N});
       j = e;
     }
+    // The (L, D) rows the token loop reads or writes, prefetched prefetch_ahead tokens early one
+    // cache line per array and channel group inside the sweep (a burst of dozens of prefetches per
+    // token stalls the core): row t of array q starts at base + t * stride bytes.
+    struct stream {
+      const char* base;
+      Index stride;
+    };
+    constexpr int max_streams = 8;
+    stream reads[max_streams];
+    int nreads = 0;
+    auto add_stream = [&](const T* base, Index ld) {
+      const stream st{reinterpret_cast<const char*>(base), ld * Index(sizeof(T))};
+      for (int q = 0; q < nreads; ++q)
+        if (reads[q].base == st.base && reads[q].stride == st.stride) return;
+      if (nreads < max_streams) reads[nreads++] = st;
+    };
+    add_stream(dt.data() + c0, dt.cols());
+    if (sc) {
+      for (const auto* fs : {&sc->pre, &sc->post})
+        for (const diag_ref<T>& f : *fs)
+          if (!f.constant) add_stream(f.data + c0, f.cols);
+      if (sc->ldx) add_stream(x, sc->ldx);
+    }
+    char* const ybase = sc && sc->ldy ? reinterpret_cast<char*>(y) : nullptr;
+    const Index ystride = sc ? sc->ldy * Index(sizeof(T)) : 0;
     for (Index i = 0; i < L; ++i) {
       const Index t = Transposed ? L - 1 - i : i;
       const Index k = (Transposed && !strict) ? t + 1 : t;
       const T* dtr = k < L ? dt.row(k) + c0 : zero.data();  // k = L: the state is still zero
+      const bool nonpos = rate_nonpos && !any_negative(dtr, nc);
       const Index ahead = Transposed ? t - prefetch_ahead : t + prefetch_ahead;
-      prefetch_scales(sc, L, ahead, c0, nc);
-      if (ahead >= 0 && ahead < L) prefetch_row(dt.data(), dt.cols(), ahead, c0, nc);
-      const T* xt = input_row(sc, t, c0, nc, x + t * nc, xbuf.data());
-      T* yt = y + t * nc;
-      for (const auto& run : runs) {  // no structured binding: clang 14 cannot capture one in a lambda
-        const Index j0 = run.first, j1 = run.second;
-        const Index g_off = n.group_of_head(c0 + j0) * N;
+      const char* pf[max_streams];
+      const int npf = ahead >= 0 && ahead < L ? nreads : 0;
+      for (int q = 0; q < npf; ++q) pf[q] = reads[q].base + ahead * reads[q].stride;
+      char* const pfw = npf && ybase ? ybase + ahead * ystride : nullptr;
+      const T* xt = input_row(sc, t, c0, nc, x, xbuf.data());
+      T* yt = output_row(sc, t, nc, y);
+      for (const group_run& run : runs) {
+        const Index j0 = run.j0, j1 = run.j1, g_off = run.g_off;
         const T* in = (Transposed ? n.C().row(t) : n.B().row(t)) + g_off;
         const T* out = (Transposed ? n.B().row(t) : n.C().row(t)) + g_off;
-        auto sweep = [&]<bool Strict>() {  // two packs at a time, then one, then single channels
+        auto sweep = [&]<bool Strict, bool NonPos>() {  // two packs at a time, then one, then single channels
           constexpr int W = simd::width<T>;
           Index j = j0;
-          for (; j + 2 * W <= j1; j += 2 * W) slab_eval::template scan_channels<W, 2, Strict>(N, nc, j, dtr, xt, rate.data(), u, state.data(), in, out, yt);
-          for (; j + W <= j1; j += W) slab_eval::template scan_channels<W, 1, Strict>(N, nc, j, dtr, xt, rate.data(), u, state.data(), in, out, yt);
-          for (; j < j1; ++j) slab_eval::template scan_channels<1, 1, Strict>(N, nc, j, dtr, xt, rate.data(), u, state.data(), in, out, yt);
+          for (; j + 2 * W <= j1; j += 2 * W) {
+            for (int q = 0; q < npf; ++q) __builtin_prefetch(pf[q] + j * Index(sizeof(T)));
+            if (pfw) __builtin_prefetch(pfw + j * Index(sizeof(T)), 1);
+            slab_eval::template scan_channels<W, 2, Strict, NonPos>(N, nc, j, dtr, xt, rate.data(), u, state.data(), in, out, yt);
+          }
+          for (int q = 0; q < npf; ++q) __builtin_prefetch(pf[q] + (j1 - 1) * Index(sizeof(T)));
+          if (pfw) __builtin_prefetch(pfw + (j1 - 1) * Index(sizeof(T)), 1);
+          for (; j + W <= j1; j += W) slab_eval::template scan_channels<W, 1, Strict, NonPos>(N, nc, j, dtr, xt, rate.data(), u, state.data(), in, out, yt);
+          for (; j < j1; ++j) slab_eval::template scan_channels<1, 1, Strict, NonPos>(N, nc, j, dtr, xt, rate.data(), u, state.data(), in, out, yt);
         };
-        if (strict) sweep.template operator()<true>();
-        else sweep.template operator()<false>();
+        if (strict) {
+          if (nonpos) sweep.template operator()<true, true>();
+          else sweep.template operator()<true, false>();
+        } else {
+          if (nonpos) sweep.template operator()<false, true>();
+          else sweep.template operator()<false, false>();
+        }
       }
       finish_row(sc, t, c0, nc, yt);
     }
+  }
+
+  // True when some p[j], j < n, is negative or NaN.
+  static bool any_negative(const T* p, Index n) {
+    return simd::sum_packs<T>(n, [&](auto w, Index j) {
+             using Pk = simd::pack<T, decltype(w)::value>;
+             const Pk zero = Pk::broadcast(T(0));
+             return select_ge(Pk::load(p + j), zero, zero, Pk::broadcast(T(1)));
+           }) != T(0);
   }
 
   // One token of the channel-vectorised scan for U packs of W channels starting at slab column j:
   // U independent chains give the FMA units work while one chain waits on its accumulator.
   //   inclusive: h = e h + in x; y = out . h        strict: y = out . (h + u in x); h = e h + in x
   // with e = 2^(dt * rate), rate = A log2(e), all (N, nc) arrays state-major.
-  template <int W, int U, bool Strict>
+  template <int W, int U, bool Strict, bool NonPos>
   static void scan_channels(Index N, Index nc, Index j, const T* dt, const T* x, const T* rate, const T* bonus,
                             T* state, const T* in, const T* out, T* y) {
     using Pk = simd::pack<T, W>;
@@ -279,7 +332,8 @@ struct slab_eval<Semiseparable<T>> {
       Pk e[SG * U];
       for (int s = 0; s < SG; ++s)
         for (int q = 0; q < U; ++q) e[s * U + q] = d[q] * Pk::load(rate + (m + s) * nc + j + q * W);
-      exp2_n(e);
+      if constexpr (NonPos) exp2_nonpos_n(e);
+      else exp2_n(e);
       for (int s = 0; s < SG; ++s)
         for (int q = 0; q < U; ++q) update(m + s, q, e[s * U + q]);
     }

@@ -45,6 +45,10 @@ struct pack<T, 1> {
   friend void exp2_n(pack (&z)[G]) {
     for (int k = 0; k < G; ++k) z[k].v = std::exp2(z[k].v);
   }
+  template <int G>
+  friend void exp2_nonpos_n(pack (&z)[G]) {
+    exp2_n(z);
+  }
   friend pack max(pack a, pack b) { return {a.v < b.v ? b.v : a.v}; }
   friend pack min(pack a, pack b) { return {b.v < a.v ? b.v : a.v}; }
   /// a >= b ? x : y, lane by lane.
@@ -84,25 +88,20 @@ struct pack<T, W> {
   }
   /// z[k] = 2^z[k] for G packs, each step of the float kernel applied to all G before the next, so
   /// the G dependency chains interleave in program order and the core overlaps them without
-  /// needing a deep out-of-order window. Same results as exp2 to the last bit (tested). The
-  /// coefficients repeat scaled_exp2's on purpose: routing both through one array helper measured
-  /// 15-20 % slower in the Mamba-1 scan (BM_apply_semiseparable_factored/1024).
+  /// needing a deep out-of-order window. Same results as exp2 to the last bit (tested).
   template <int G>
   friend void exp2_n(pack (&z)[G]) {
-    if constexpr (std::is_same_v<T, float>) {
-      batch n[G], f[G], q[G];
-      for (int k = 0; k < G; ++k) z[k].v = clamp_exponent(z[k].v);
-      for (int k = 0; k < G; ++k) n[k] = xsimd::nearbyint(z[k].v);
-      for (int k = 0; k < G; ++k) f[k] = z[k].v - n[k];
-      for (int k = 0; k < G; ++k) q[k] = xsimd::fma(batch(1.5353362e-4f), f[k], batch(1.3398875e-3f));
-      for (int k = 0; k < G; ++k) q[k] = xsimd::fma(q[k], f[k], batch(9.6184369e-3f));
-      for (int k = 0; k < G; ++k) q[k] = xsimd::fma(q[k], f[k], batch(5.5503324e-2f));
-      for (int k = 0; k < G; ++k) q[k] = xsimd::fma(q[k], f[k], batch(2.4022648e-1f));
-      for (int k = 0; k < G; ++k) q[k] = xsimd::fma(q[k], f[k], batch(6.9314718e-1f));
-      for (int k = 0; k < G; ++k) z[k].v = scale_exp2(n[k], xsimd::fma(q[k], f[k], batch(1.f)));
-    } else {
+    if constexpr (std::is_same_v<T, float>) exp2_f32_n<true>(z);
+    else
       for (int k = 0; k < G; ++k) z[k] = exp2(z[k]);
-    }
+  }
+  /// exp2_n for arguments known to be <= 0 or NaN (a decay's log2): the same bits without the
+  /// clamp at 128, one operation fewer in the scan's hottest loop.
+  template <int G>
+  friend void exp2_nonpos_n(pack (&z)[G]) {
+    if constexpr (std::is_same_v<T, float>) exp2_f32_n<false>(z);
+    else
+      for (int k = 0; k < G; ++k) z[k] = exp2(z[k]);
   }
   static batch clamp_low(batch a, T lo) { return xsimd::select(a < batch(lo), batch(lo), a); }
   friend pack max(pack a, pack b) { return {xsimd::max(a.v, b.v)}; }
@@ -119,44 +118,69 @@ struct pack<T, W> {
 
  private:
   // 2^z for float lanes, the hot path of every decay. z is clamped to [-127, 128] (NaN passes
-  // through: min and max keep their second operand when one is NaN), split as n + f with n the
-  // nearest integer and |f| <= 1/2, and 2^f = 1 + f q(f) with q of degree 5 (a relative minimax fit made for this
-  // library; max relative error 1e-7 on 2^f, i.e. ~1.6 ulp, mean bias 1e-9). The scale 2^n is assembled
-  // in the exponent bits: n = -127 gives the bit pattern 0, so every z <= -127 (decays below 2^-127,
-  // lambda = -inf included) is exactly 0, and z = 0 gives exactly 1. n = 128 gives +inf.
+  // through: min and max keep their second operand when one is NaN) and split as n + f, n an
+  // integer and |f| <= 1/2, by one addition: t = z + (1.5 * 2^23 + 127) rounds to an integer, whose
+  // low mantissa bits are then n + 127, the biased exponent of 2^n (t - magic = n exactly, and
+  // f = z - n exactly). 2^f = 1 + f q(f) with q of degree 4, a relative minimax fit made for this
+  // library: 9.1e-8 on [-1/2, 1/2], 1.7e-7 (about 3 ulp) evaluated in float, mean bias -1e-9.
+  // 2^n is (n + 127) shifted into the exponent field: n = -127 gives the bit pattern 0, so every
+  // z <= -127 (decays below 2^-127, lambda = -inf included) is exactly 0; z = 0 gives exactly 1;
+  // n = 128 gives +inf; NaN stays NaN.
+  template <bool ClampHigh, int G>
+  static void exp2_f32_n(pack (&z)[G]) {
+    const batch magic(12583039.f);  // 1.5 * 2^23 + 127
+    batch t[G], f[G], q[G];
+    for (int k = 0; k < G; ++k) {
+      z[k].v = xsimd::max(batch(-127.f), z[k].v);
+      if constexpr (ClampHigh) z[k].v = xsimd::min(batch(128.f), z[k].v);
+    }
+    for (int k = 0; k < G; ++k) t[k] = z[k].v + magic;
+    for (int k = 0; k < G; ++k) f[k] = z[k].v - (t[k] - magic);
+    for (int k = 0; k < G; ++k) q[k] = xsimd::fma(batch(1.32647285e-3f), f[k], batch(9.67151299e-3f));
+    for (int k = 0; k < G; ++k) q[k] = xsimd::fma(q[k], f[k], batch(5.55073358e-2f));
+    for (int k = 0; k < G; ++k) q[k] = xsimd::fma(q[k], f[k], batch(2.40222424e-1f));
+    for (int k = 0; k < G; ++k) q[k] = xsimd::fma(q[k], f[k], batch(6.93147004e-1f));
+    for (int k = 0; k < G; ++k) z[k].v = xsimd::fma(q[k], f[k], batch(1.f)) * exponent_of(t[k]);
+  }
   static batch exp2_f32(batch z) {
-    z = clamp_exponent(z);
-    const batch n = xsimd::nearbyint(z);
-    return scaled_exp2(n, z - n);
+    pack p[1] = {{z}};
+    exp2_f32_n<true>(p);
+    return p[0].v;
   }
   // e^x = 2^n 2^f with n = nearest(x log2 e) and f = (x - n ln 2) log2 e, the reduction done in two
-  // steps (ln 2 = hi + lo, hi with 9 trailing zero bits, so n hi is exact): the error stays 1.1e-7
-  // relative whatever |x|, as in a libm, instead of growing with the rounding of x log2 e.
+  // steps (ln 2 = hi + lo, hi with 9 trailing zero bits, so n hi is exact): the error stays that of
+  // 2^f whatever |x|, as in a libm, instead of growing with the rounding of x log2 e.
   static batch exp_f32(batch x) {
     x = xsimd::min(batch(88.8f), xsimd::max(batch(-88.8f), x));  // keeps r finite at +-inf
-    const batch n = xsimd::nearbyint(clamp_exponent(x * batch(1.44269504f)));
+    const batch n = xsimd::nearbyint(xsimd::min(batch(128.f), xsimd::max(batch(-127.f), x * batch(1.44269504f))));
     batch r = xsimd::fma(n, batch(-0.693145752f), x);
     r = xsimd::fma(n, batch(-1.42860677e-6f), r);
-    return scaled_exp2(n, r * batch(1.44269504f));
+    const batch f = r * batch(1.44269504f);
+    const auto bits = (xsimd::to_int(n) + 127) << 23;
+#if defined(XSIMD_VERSION_MAJOR) && XSIMD_VERSION_MAJOR < 9
+    return poly_exp2(f) * xsimd::bitwise_cast<batch>(bits);
+#else
+    return poly_exp2(f) * xsimd::bitwise_cast<float>(bits);
+#endif
   }
-  static batch clamp_exponent(batch z) { return xsimd::min(batch(128.f), xsimd::max(batch(-127.f), z)); }
-  // 2^n 2^f for integral n in [-127, 128] and |f| <= 1/2 (a little more is fine).
-  static batch scaled_exp2(batch n, batch f) {
-    batch q(1.5353362e-4f);
-    q = xsimd::fma(q, f, batch(1.3398875e-3f));
+  // 2^f for |f| <= 1/2 (a little more is fine) for exp: 1 + f q(f) with q of degree 5, one degree
+  // more than exp2's, so that exp keeps 1.1e-7 after its two-step reduction (max relative error
+  // 1e-7 on 2^f, mean bias 1e-10).
+  static batch poly_exp2(batch f) {
+    batch q = xsimd::fma(batch(1.5353362e-4f), f, batch(1.3398875e-3f));
     q = xsimd::fma(q, f, batch(9.6184369e-3f));
     q = xsimd::fma(q, f, batch(5.5503324e-2f));
     q = xsimd::fma(q, f, batch(2.4022648e-1f));
     q = xsimd::fma(q, f, batch(6.9314718e-1f));
-    return scale_exp2(n, xsimd::fma(q, f, batch(1.f)));
+    return xsimd::fma(q, f, batch(1.f));
   }
-  // p 2^n for integral n in [-127, 128], the scale assembled in the exponent bits.
-  static batch scale_exp2(batch n, batch p) {
-    const auto bits = (xsimd::to_int(n) + 127) << 23;
+  // 2^n for t = z + 1.5 * 2^23 + 127 rounded, n + 127 in [0, 255]: its low bits moved into the
+  // exponent field (everything above them shifts out).
+  static batch exponent_of(batch t) {
 #if defined(XSIMD_VERSION_MAJOR) && XSIMD_VERSION_MAJOR < 9
-    return p * xsimd::bitwise_cast<batch>(bits);
+    return xsimd::bitwise_cast<batch>(xsimd::bitwise_cast<xsimd::batch<int32_t>>(t) << 23);
 #else
-    return p * xsimd::bitwise_cast<float>(bits);
+    return xsimd::bitwise_cast<float>(xsimd::bitwise_cast<int32_t>(t) << 23);
 #endif
   }
 };

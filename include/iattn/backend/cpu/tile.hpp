@@ -11,6 +11,8 @@
 #pragma once
 
 #include "../../core/config.hpp"
+#include "../../ops/causal_conv.hpp"
+#include "simd.hpp"
 
 #include <Eigen/Core>
 
@@ -58,12 +60,20 @@ struct diag_ref {
   const T* row(Index t) const { return constant ? data : data + t * cols; }
 };
 
-/// Diagonal factors folded into a node's apply: x is multiplied by every `pre` factor before the
-/// node, y by every `post` factor after it. A scan applies them per token while the row is in L1
-/// (no extra pass over the slab); other nodes fall back to whole-slab passes (product.hpp).
+/// What a streaming node (a scan) does to each token row around its own apply, so that a chain
+/// diag * core * diag * conv is one pass over the tokens: the input row t is x's row, convolved by
+/// `conv` when set (rows t-K+1..t), then multiplied by every `pre` factor; the output row is
+/// multiplied by every `post` factor. Rows of x and y lie ldx and ldy entries apart: the slab's nc
+/// when 0, the caller's (L, D) matrices when apply_slabs hands them over in place (streams_rows).
+/// Nodes without a streaming apply get the same result from whole-slab passes (product.hpp).
 template <class T>
-struct diag_scales {
+struct row_ops {
   std::vector<diag_ref<T>> pre, post;
+  const CausalConv<T>* conv = nullptr;
+  Index ldx = 0, ldy = 0;
+  bool shapes_input() const { return conv != nullptr || !pre.empty(); }
+  Index x_stride(Index nc) const { return ldx ? ldx : nc; }
+  Index y_stride(Index nc) const { return ldy ? ldy : nc; }
 };
 
 /// dst[j] = src[j] * prod_k f_k[t, c0 + j] for j < nc (dst may be src).
@@ -78,6 +88,32 @@ void scale_row(const std::vector<diag_ref<T>>& fs, Index t, Index c0, Index nc, 
   for (std::size_t k = 1; k < fs.size(); ++k) {
     const T* f = fs[k].row(t) + c0;
     for (Index j = 0; j < nc; ++j) dst[j] *= f[j];
+  }
+}
+
+/// dst[j] = (sum_{lag < K, lag <= t} w[K-1-lag, c0+j] x[t-lag, j]) * prod_k f_k[t, c0+j]: one token
+/// of a causal convolution and the scalings after it, x's rows ld apart. The lags accumulate in
+/// the order of the convolution's own apply (causal_conv.hpp), so the fused and the separate
+/// passes give the same bits.
+template <class T>
+void conv_scale_row(const CausalConv<T>& conv, const std::vector<diag_ref<T>>& fs, Index t, Index c0, Index nc,
+                    const T* x, Index ld, T* dst) {
+  const Index K = conv.width(), lags = std::min(K, t + 1), wld = conv.w().cols();
+  const T* w = conv.w().data() + c0;
+  constexpr std::size_t few = 4;  // factors whose rows are fetched per pack; more take a second pass
+  const T* f[few];
+  const std::size_t nf = std::min(fs.size(), few);
+  for (std::size_t k = 0; k < nf; ++k) f[k] = fs[k].row(t) + c0;
+  simd::for_packs<T>(nc, [&](auto v, Index j) {
+    using P = simd::pack<T, decltype(v)::value>;
+    P acc = P::load(w + (K - 1) * wld + j) * P::load(x + t * ld + j);
+    for (Index lag = 1; lag < lags; ++lag) acc = fma(P::load(w + (K - 1 - lag) * wld + j), P::load(x + (t - lag) * ld + j), acc);
+    for (std::size_t k = 0; k < nf; ++k) acc = acc * P::load(f[k] + j);
+    acc.store(dst + j);
+  });
+  for (std::size_t k = few; k < fs.size(); ++k) {
+    const T* fk = fs[k].row(t) + c0;
+    for (Index j = 0; j < nc; ++j) dst[j] *= fk[j];
   }
 }
 
@@ -97,25 +133,43 @@ void prefetch_row(const T* data, Index ld, Index t, Index c0, Index nc) {
 }
 /// Tokens ahead of the one being scanned whose coefficient rows are prefetched.
 inline constexpr Index prefetch_ahead = 4;
-/// prefetch_row for token t of every per-token pre and post factor (t outside [0, L) is ignored).
+/// prefetch_row for token t of every per-token pre and post factor, and of x's row when it is read
+/// in place from the caller's matrix (t outside [0, L) is ignored).
 template <class T>
-void prefetch_scales(const diag_scales<T>* sc, Index L, Index t, Index c0, Index nc) {
+void prefetch_scales(const row_ops<T>* sc, Index L, Index t, Index c0, Index nc, const T* x = nullptr, T* y = nullptr) {
   if (!sc || t < 0 || t >= L) return;
   for (const auto* fs : {&sc->pre, &sc->post})
     for (const diag_ref<T>& f : *fs)
       if (!f.constant) prefetch_row(f.data, f.cols, t, c0, nc);
+  if (x && sc->ldx) prefetch_row(x, sc->ldx, t, 0, nc);
+#if defined(__GNUC__) || defined(__clang__)
+  if (y && sc->ldy)
+    for (Index b = 0; b < nc * Index(sizeof(T)); b += 64) __builtin_prefetch(reinterpret_cast<char*>(y + t * sc->ldy) + b, 1);
+#endif
 }
 
-/// The token row a scan reads: x's row, or its copy scaled by the pre factors in buf.
+/// The token row a scan reads: x's row, or its convolved and scaled copy in buf. x is the slab's
+/// first row (row t at t * x_stride).
 template <class T>
-const T* input_row(const diag_scales<T>* sc, Index t, Index c0, Index nc, const T* xt, T* buf) {
-  if (!sc || sc->pre.empty()) return xt;
-  scale_row(sc->pre, t, c0, nc, xt, buf);
+const T* input_row(const row_ops<T>* sc, Index t, Index c0, Index nc, const T* x, T* buf) {
+  if (!sc) return x + t * nc;
+  const Index ld = sc->x_stride(nc);
+  if (sc->conv) {
+    conv_scale_row(*sc->conv, sc->pre, t, c0, nc, x, ld, buf);
+    return buf;
+  }
+  if (sc->pre.empty()) return x + t * ld;
+  scale_row(sc->pre, t, c0, nc, x + t * ld, buf);
   return buf;
 }
-/// A scan's finished output row, scaled by the post factors in place.
+/// Row t of a scan's output (y is the slab's first row).
 template <class T>
-void finish_row(const diag_scales<T>* sc, Index t, Index c0, Index nc, T* yt) {
+T* output_row(const row_ops<T>* sc, Index t, Index nc, T* y) {
+  return y + t * (sc ? sc->y_stride(nc) : nc);
+}
+/// A scan's finished output row yt, scaled by the post factors in place.
+template <class T>
+void finish_row(const row_ops<T>* sc, Index t, Index c0, Index nc, T* yt) {
   if (sc && !sc->post.empty()) scale_row(sc->post, t, c0, nc, yt, yt);
 }
 
@@ -123,7 +177,7 @@ template <class Node>
 struct slab_eval;
 /// y = post * (Node (pre * x)) on a channel slab (defined in product.hpp).
 template <class Node, class T>
-void apply_scaled(const Node& n, const context& cx, Index c0, Index nc, const T* x, T* y, const diag_scales<T>& sc);
+void apply_scaled(const Node& n, const context& cx, Index c0, Index nc, const T* x, T* y, const row_ops<T>& sc);
 
 /// Uninitialised scratch for one (L, nc) slab: every evaluator writes its whole output before
 /// reading it, so no pass is spent zeroing.
