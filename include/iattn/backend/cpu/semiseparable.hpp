@@ -16,6 +16,7 @@
 #include "tile.hpp"
 
 #include <algorithm>
+#include <limits>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -206,9 +207,13 @@ struct slab_eval<Semiseparable<T>> {
         rate[std::size_t(m * nc + j)] = n.decay_rate()(c0 + j, m) * log2e;
         if (n.has_bonus()) bonus[std::size_t(m * nc + j)] = n.bonus()(c0 + j, m);
       }
-    // Every exponent dt * A is <= 0 (or NaN) when A <= 0 and the token's dt >= 0, the normal case
-    // (docs/operators.md): then the decays take exp2_nonpos_n, the same bits one operation sooner.
-    const bool rate_nonpos = std::none_of(rate.begin(), rate.end(), [](T r) { return r > T(0); });
+    // Every exponent dt * A log2(e) of a token lies in [-125, 0] when A <= 0 and the token's dt is in
+    // [0, dt_max), dt_max = 125 / max |A log2(e)| (the normal case): then its decays take
+    // exp2_bounded_n, the same bits two operations sooner. Otherwise (dt < 0, A > 0, NaN, decays
+    // below 2^-125, lambda = -inf) the clamped exp2_n.
+    const T rate_min = rate.empty() ? T(0) : *std::min_element(rate.begin(), rate.end());
+    const bool rate_nonpos = std::none_of(rate.begin(), rate.end(), [](T r) { return !(r <= T(0)); });
+    const T dt_max = rate_nonpos ? (rate_min < T(0) ? T(125) / -rate_min : std::numeric_limits<T>::infinity()) : T(0);
     const T* u = bonus.empty() ? nullptr : bonus.data();
     // Runs of channels [j0, j1) that share a B/C group, whose columns start at g_off.
     struct group_run {
@@ -246,12 +251,14 @@ struct slab_eval<Semiseparable<T>> {
       if (sc->ldx) add_stream(x, sc->ldx);
     }
     char* const ybase = sc && sc->ldy ? reinterpret_cast<char*>(y) : nullptr;
+    // One output factor (Mamba-1's gate) scales each pack as the kernel stores it.
+    const bool one_post = sc && sc->post.size() == 1;
     const Index ystride = sc ? sc->ldy * Index(sizeof(T)) : 0;
     for (Index i = 0; i < L; ++i) {
       const Index t = Transposed ? L - 1 - i : i;
       const Index k = (Transposed && !strict) ? t + 1 : t;
       const T* dtr = k < L ? dt.row(k) + c0 : zero.data();  // k = L: the state is still zero
-      const bool nonpos = rate_nonpos && !any_negative(dtr, nc);
+      const bool bounded = rate_nonpos && all_within(dtr, nc, dt_max);
       const Index ahead = Transposed ? t - prefetch_ahead : t + prefetch_ahead;
       const char* pf[max_streams];
       const int npf = ahead >= 0 && ahead < L ? nreads : 0;
@@ -259,51 +266,52 @@ struct slab_eval<Semiseparable<T>> {
       char* const pfw = npf && ybase ? ybase + ahead * ystride : nullptr;
       const T* xt = input_row(sc, t, c0, nc, x, xbuf.data());
       T* yt = output_row(sc, t, nc, y);
+      const T* post = one_post ? sc->post[0].row(t) + c0 : nullptr;  // else finish_row scales yt
       for (const group_run& run : runs) {
         const Index j0 = run.j0, j1 = run.j1, g_off = run.g_off;
         const T* in = (Transposed ? n.C().row(t) : n.B().row(t)) + g_off;
         const T* out = (Transposed ? n.B().row(t) : n.C().row(t)) + g_off;
-        auto sweep = [&]<bool Strict, bool NonPos>() {  // two packs at a time, then one, then single channels
+        auto sweep = [&]<bool Strict, bool Bounded>() {  // two packs at a time, then one, then single channels
           constexpr int W = simd::width<T>;
           Index j = j0;
           for (; j + 2 * W <= j1; j += 2 * W) {
             for (int q = 0; q < npf; ++q) __builtin_prefetch(pf[q] + j * Index(sizeof(T)));
             if (pfw) __builtin_prefetch(pfw + j * Index(sizeof(T)), 1);
-            slab_eval::template scan_channels<W, 2, Strict, NonPos>(N, nc, j, dtr, xt, rate.data(), u, state.data(), in, out, yt);
+            slab_eval::template scan_channels<W, 2, Strict, Bounded>(N, nc, j, dtr, xt, rate.data(), u, state.data(), in, out, post, yt);
           }
           for (int q = 0; q < npf; ++q) __builtin_prefetch(pf[q] + (j1 - 1) * Index(sizeof(T)));
           if (pfw) __builtin_prefetch(pfw + (j1 - 1) * Index(sizeof(T)), 1);
-          for (; j + W <= j1; j += W) slab_eval::template scan_channels<W, 1, Strict, NonPos>(N, nc, j, dtr, xt, rate.data(), u, state.data(), in, out, yt);
-          for (; j < j1; ++j) slab_eval::template scan_channels<1, 1, Strict, NonPos>(N, nc, j, dtr, xt, rate.data(), u, state.data(), in, out, yt);
+          for (; j + W <= j1; j += W) slab_eval::template scan_channels<W, 1, Strict, Bounded>(N, nc, j, dtr, xt, rate.data(), u, state.data(), in, out, post, yt);
+          for (; j < j1; ++j) slab_eval::template scan_channels<1, 1, Strict, Bounded>(N, nc, j, dtr, xt, rate.data(), u, state.data(), in, out, post, yt);
         };
         if (strict) {
-          if (nonpos) sweep.template operator()<true, true>();
+          if (bounded) sweep.template operator()<true, true>();
           else sweep.template operator()<true, false>();
         } else {
-          if (nonpos) sweep.template operator()<false, true>();
+          if (bounded) sweep.template operator()<false, true>();
           else sweep.template operator()<false, false>();
         }
       }
-      finish_row(sc, t, c0, nc, yt);
+      if (!one_post) finish_row(sc, t, c0, nc, yt);
     }
   }
 
-  // True when some p[j], j < n, is negative or NaN.
-  static bool any_negative(const T* p, Index n) {
+  // True when 0 <= p[j] < hi for every j < n (NaN fails).
+  static bool all_within(const T* p, Index n, T hi) {
     return simd::sum_packs<T>(n, [&](auto w, Index j) {
              using Pk = simd::pack<T, decltype(w)::value>;
-             const Pk zero = Pk::broadcast(T(0));
-             return select_ge(Pk::load(p + j), zero, zero, Pk::broadcast(T(1)));
-           }) != T(0);
+             const Pk v = Pk::load(p + j), zero = Pk::broadcast(T(0)), one = Pk::broadcast(T(1));
+             return select_ge(v, zero, zero, one) + select_ge(v, Pk::broadcast(hi), one, zero);
+           }) == T(0);
   }
 
   // One token of the channel-vectorised scan for U packs of W channels starting at slab column j:
   // U independent chains give the FMA units work while one chain waits on its accumulator.
   //   inclusive: h = e h + in x; y = out . h        strict: y = out . (h + u in x); h = e h + in x
   // with e = 2^(dt * rate), rate = A log2(e), all (N, nc) arrays state-major.
-  template <int W, int U, bool Strict, bool NonPos>
+  template <int W, int U, bool Strict, bool Bounded>
   static void scan_channels(Index N, Index nc, Index j, const T* dt, const T* x, const T* rate, const T* bonus,
-                            T* state, const T* in, const T* out, T* y) {
+                            T* state, const T* in, const T* out, const T* post, T* y) {
     using Pk = simd::pack<T, W>;
     Pk d[U], xv[U], acc[U];
     for (int q = 0; q < U; ++q) {
@@ -311,35 +319,30 @@ struct slab_eval<Semiseparable<T>> {
       xv[q] = Pk::load(x + j + q * W);
       acc[q] = Pk::broadcast(T(0));
     }
-    // States in pairs: the 2U decays of a pair are formed together (exp2_n interleaves their chains).
-    auto update = [&](Index m, int q, Pk e) {
+    // One state at a time, its U decays formed together (exp2_n interleaves their chains). in[m]
+    // and out[m] are broadcast once, before the state stores that the compiler cannot tell apart
+    // from them (measured 4 % faster than pairs of states in a kernel microbenchmark).
+    for (Index m = 0; m < N; ++m) {
       const Pk bi = Pk::broadcast(in[m]), bo = Pk::broadcast(out[m]);
-      T* h = state + m * nc + j + q * W;
-      const Pk ix = bi * xv[q];
-      const Pk hv = Pk::load(h);
-      if constexpr (Strict) {
-        acc[q] = fma(bo, bonus ? fma(Pk::load(bonus + m * nc + j + q * W), ix, hv) : hv, acc[q]);
-        fma(e, hv, ix).store(h);
-      } else {
-        const Pk hn = fma(e, hv, ix);
-        hn.store(h);
-        acc[q] = fma(bo, hn, acc[q]);
-      }
-    };
-    constexpr int SG = 2;  // 2 measured best on the AVX2 VM (4 spills registers)
-    Index m = 0;
-    for (; m + SG <= N; m += SG) {
-      Pk e[SG * U];
-      for (int s = 0; s < SG; ++s)
-        for (int q = 0; q < U; ++q) e[s * U + q] = d[q] * Pk::load(rate + (m + s) * nc + j + q * W);
-      if constexpr (NonPos) exp2_nonpos_n(e);
+      Pk e[U];
+      for (int q = 0; q < U; ++q) e[q] = d[q] * Pk::load(rate + m * nc + j + q * W);
+      if constexpr (Bounded) exp2_bounded_n(e);
       else exp2_n(e);
-      for (int s = 0; s < SG; ++s)
-        for (int q = 0; q < U; ++q) update(m + s, q, e[s * U + q]);
+      for (int q = 0; q < U; ++q) {
+        T* h = state + m * nc + j + q * W;
+        const Pk ix = bi * xv[q];
+        const Pk hv = Pk::load(h);
+        if constexpr (Strict) {
+          acc[q] = fma(bo, bonus ? fma(Pk::load(bonus + m * nc + j + q * W), ix, hv) : hv, acc[q]);
+          fma(e[q], hv, ix).store(h);
+        } else {
+          const Pk hn = fma(e[q], hv, ix);
+          hn.store(h);
+          acc[q] = fma(bo, hn, acc[q]);
+        }
+      }
     }
-    for (; m < N; ++m)
-      for (int q = 0; q < U; ++q) update(m, q, exp2(d[q] * Pk::load(rate + m * nc + j + q * W)));
-    for (int q = 0; q < U; ++q) acc[q].store(y + j + q * W);
+    for (int q = 0; q < U; ++q) (post ? acc[q] * Pk::load(post + j + q * W) : acc[q]).store(y + j + q * W);
   }
 
   template <class Pk, bool PerState>
