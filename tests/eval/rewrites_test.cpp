@@ -158,11 +158,10 @@ TEMPLATE_TEST_CASE("the Mamba-1 composite streams rows in place, across slabs an
       }
 }
 
-TEST_CASE("exp2_bounded_n equals exp2 bit for bit on [-125, 0] and NaN", "[rewrites][simd]") {
+TEST_CASE("exp2_bounded_n equals exp2 bit for bit on [-125, 0]", "[rewrites][simd]") {
   using P = iattn::simd::pack<float, iattn::simd::width<float>>;
   constexpr int W = iattn::simd::width<float>;
-  std::vector<float> z = {0.f, -0.f, -0.5f, -1.5f, -2.5f, -124.5f, -124.9f, -125.f, -1e-30f, -1e-40f,
-                          std::numeric_limits<float>::quiet_NaN()};
+  std::vector<float> z = {0.f, -0.f, -0.5f, -1.5f, -2.5f, -124.5f, -124.9f, -125.f, -1e-30f, -1e-40f};
   for (int i = 0; i < 2000; ++i) z.push_back(-0.0625f * float(i) - 0.0001f * float(i % 7));
   while (z.size() % (2 * W)) z.push_back(-1.f / float(z.size()));
   for (std::size_t i = 0; i < z.size(); i += 2 * W) {
@@ -176,10 +175,6 @@ TEST_CASE("exp2_bounded_n equals exp2 bit for bit on [-125, 0] and NaN", "[rewri
       for (int l = 0; l < W; ++l) {
         const float zi = z[i + std::size_t(k * W + l)];
         INFO("z = " << zi);
-        if (std::isnan(zi)) {
-          REQUIRE(std::isnan(got[l]));
-          continue;
-        }
         REQUIRE(std::memcmp(&got[l], &want[l], sizeof(float)) == 0);
         REQUIRE(std::abs(double(got[l]) / std::exp2(double(zi)) - 1.0) < 2e-7);
         if (zi == 0.f) REQUIRE(got[l] == 1.f);

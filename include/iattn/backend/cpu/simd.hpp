@@ -95,10 +95,10 @@ struct pack<T, W> {
     else
       for (int k = 0; k < G; ++k) z[k] = exp2(z[k]);
   }
-  /// exp2_n for arguments known to lie in [-125, 0] (or be NaN), a decay's log2 in the scans'
-  /// common case: the same bits with no clamp, and 2^n added into the exponent field as an integer
-  /// instead of multiplied (the result is normal there, so the two agree exactly). Two operations
-  /// fewer in the scan's hottest loop.
+  /// exp2_n for arguments known to lie in [-125, 0] (finite), a decay's log2 in the scans' common
+  /// case: the same bits with no clamp, and 2^n added into the exponent field as an integer instead
+  /// of multiplied (the result is normal there, so the two agree exactly). Two operations fewer in
+  /// the scan's hottest loop. Outside [-125, 0], NaN included, the result is undefined.
   template <int G>
   friend void exp2_bounded_n(pack (&z)[G]) {
     if constexpr (std::is_same_v<T, float>) {
@@ -128,8 +128,9 @@ struct pack<T, W> {
   // 2^z for float lanes, the hot path of every decay. z is clamped to [-127, 128] (NaN passes
   // through: min and max keep their second operand when one is NaN) and split as n + f, n an
   // integer (nearest, ties to even) and |f| <= 1/2, by one addition: t = z + 1.5 * 2^23 rounds z
-  // to an integer n held in t's low mantissa bits (t - 1.5 * 2^23 = n exactly, f = z - n exactly). 2^f = 1 + f q(f) with q of degree 4, a relative minimax fit made for this
-  // library: 9.1e-8 on [-1/2, 1/2], 1.7e-7 (about 3 ulp) evaluated in float, mean bias -1e-9.
+  // to an integer n held in t's low mantissa bits (t - 1.5 * 2^23 = n exactly, f = z - n
+  // exactly). 2^f = 1 + f q(f) with q of degree 4, a relative minimax fit made for this library:
+  // 9.1e-8 on [-1/2, 1/2], 1.7e-7 (about 3 ulp) evaluated in float, mean bias -1e-9.
   // 2^n is n + 127 shifted into the exponent field: n = -127 gives the bit pattern 0, so every
   // z <= -127 (decays below 2^-127, lambda = -inf included) is exactly 0; z = 0 gives exactly 1;
   // n = 128 gives +inf; NaN stays NaN.
@@ -190,12 +191,11 @@ struct pack<T, W> {
   // everything above them shifts out. exponent_of: the float 2^n for n in [-127, 128] (bit pattern
   // 0, i.e. 0.0, at n = -127; +inf at 128). add_exponent: p 2^n by an integer addition, exact when
   // p 2^n is a normal float (p in [2^-1/2, 2^1/2] and n in [-125, 0]).
-#if defined(XSIMD_VERSION_MAJOR) && XSIMD_VERSION_MAJOR < 9
   using ibatch = xsimd::batch<int32_t>;
+#if defined(XSIMD_VERSION_MAJOR) && XSIMD_VERSION_MAJOR < 9
   static ibatch bits_of(batch a) { return xsimd::bitwise_cast<ibatch>(a); }
   static batch from_bits(ibatch a) { return xsimd::bitwise_cast<batch>(a); }
 #else
-  using ibatch = xsimd::batch<int32_t>;
   static ibatch bits_of(batch a) { return xsimd::bitwise_cast<int32_t>(a); }
   static batch from_bits(ibatch a) { return xsimd::bitwise_cast<float>(a); }
 #endif
