@@ -26,6 +26,7 @@ struct slab_eval<Sum<A, B>> {
     apply_scaled(n, cx, c0, nc, x, y, row_ops<T>{});
   }
   /// y = post (A + B)(pre x) = post A (pre x) + post B (pre x), the scalings folded into each term.
+  /// A sum never streams (streams_rows), so x and y are slabs here: sc.ldx = sc.ldy = 0.
   template <class T>
   static void apply_scaled(const Sum<A, B>& n, const context& cx, Index c0, Index nc, const T* x, T* y,
                            const row_ops<T>& sc) {
@@ -37,18 +38,13 @@ struct slab_eval<Sum<A, B>> {
       for (Index t = 0; t < cx.L; ++t) {
         const T* in = input_row(&s, t, c0, nc, x, row.data());
         scale_row(s.post, t, c0, nc, in, row.data());
-        T* yt = output_row(&s, t, nc, y);
+        T* yt = y + t * nc;
         for (Index j = 0; j < nc; ++j) yt[j] += row[std::size_t(j)];
       }
     } else {
       scratch<T> tmp(cx.L * nc);
-      row_ops<T> s = sc;
-      s.ldy = 0;  // tmp is a slab
-      cpu_detail::apply_scaled(n.right(), cx, c0, nc, x, tmp.data(), s);
-      for (Index t = 0; t < cx.L; ++t) {
-        T* yt = output_row(&sc, t, nc, y);
-        for (Index j = 0; j < nc; ++j) yt[j] += tmp[t * nc + j];
-      }
+      cpu_detail::apply_scaled(n.right(), cx, c0, nc, x, tmp.data(), sc);
+      for (Index i = 0; i < cx.L * nc; ++i) y[i] += tmp[i];
     }
   }
   template <class T>

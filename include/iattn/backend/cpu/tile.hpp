@@ -136,16 +136,12 @@ inline constexpr Index prefetch_ahead = 4;
 /// prefetch_row for token t of every per-token pre and post factor, and of x's row when it is read
 /// in place from the caller's matrix (t outside [0, L) is ignored).
 template <class T>
-void prefetch_scales(const row_ops<T>* sc, Index L, Index t, Index c0, Index nc, const T* x = nullptr, T* y = nullptr) {
+void prefetch_scales(const row_ops<T>* sc, Index L, Index t, Index c0, Index nc, const T* x = nullptr) {
   if (!sc || t < 0 || t >= L) return;
   for (const auto* fs : {&sc->pre, &sc->post})
     for (const diag_ref<T>& f : *fs)
       if (!f.constant) prefetch_row(f.data, f.cols, t, c0, nc);
   if (x && sc->ldx) prefetch_row(x, sc->ldx, t, 0, nc);
-#if defined(__GNUC__) || defined(__clang__)
-  if (y && sc->ldy)
-    for (Index b = 0; b < nc * Index(sizeof(T)); b += 64) __builtin_prefetch(reinterpret_cast<char*>(y + t * sc->ldy) + b, 1);
-#endif
 }
 
 /// The token row a scan reads: x's row, or its convolved and scaled copy in buf. x is the slab's
