@@ -1,4 +1,4 @@
-// Semiseparable against the dense oracle (plain loops over design.md's formula), float and double,
+// Semiseparable against the dense oracle (plain loops over docs/design.md section 2's formula), float and double,
 // per-state and per-head decay, heads/groups, strict with and without bonus, lambda = -inf resets.
 #include "support/test_common.hpp"
 

@@ -1,5 +1,5 @@
 // tests/support/test_common.hpp: Catch2 (2.13 or 3), random coefficients, the tolerance helper and
-// the dense oracles: every operator's matrix built with plain loops from design.md, in double.
+// the dense oracles: every operator's matrix built with plain loops from docs/design.md section 2, in double.
 #pragma once
 
 #if defined(IATTN_CATCH2_V3)

@@ -1,10 +1,10 @@
-// iattn/explain/methods.hpp: the explainability methods of the papers (design.md section 5) on
+// iattn/explain/methods.hpp: the explainability methods of the papers (docs/design.md section 7) on
 // per-layer (L, L) maps: display normalisations, raw attention, attention rollout, Mamba-Attribution
 // and its gradient-free variant, and the bidirectional combination with a class token.
 //
 // Every function validates its input: maps must be square and of one size across layers, scores
 // finite; violations throw std::invalid_argument / std::domain_error naming the argument.
-// The reference code's bugs (design.md) are not reproduced: rollout multiplies matrices (not
+// The reference code's bugs (docs/design.md section 7) are not reproduced: rollout multiplies matrices (not
 // broadcast vectors), the class token's row is taken at its true index and its diagonal is kept.
 #pragma once
 

@@ -25,6 +25,8 @@
 #include "../core/error.hpp"
 #include "../core/traits.hpp"
 
+#include <sstream>
+#include <stdexcept>
 #include <string>
 
 namespace iattn {
@@ -35,6 +37,9 @@ struct semiseparable_options {
   Index groups = 1;    ///< G groups of B/C; must divide H
   Index state = 0;     ///< N; 0 infers N = B.cols() / G
   bool strict = false; ///< strict-with-bonus form (the bonus is given to the 5-argument factory)
+  /// Accept positive log-decays (growing states). Off by default: a positive lambda (or dt * A > 0)
+  /// throws std::domain_error where the coefficient enters, since exp of a sum of them overflows.
+  bool allow_growth = false;
 };
 
 /// The factored log-decay lambda[t, h*N + m] = dt[t, h] * A[h, m]; made by factored_decay().
@@ -66,40 +71,8 @@ class Semiseparable : public op_base {
                 semiseparable_options o)
       : lambda_(std::move(decay.dt)), rate_(std::move(decay.A)), B_(std::move(B)), C_(std::move(C)),
         bonus_(std::move(bonus)), o_(o) {
-    const char* where = "semiseparable";
-    using detail::fail;
-    using std::to_string;
-    if (o_.heads < 1) fail(where, "options.heads is " + to_string(o_.heads) + " but must be >= 1 (H)");
-    if (o_.head_dim < 1) fail(where, "options.head_dim is " + to_string(o_.head_dim) + " but must be >= 1 (P)");
-    if (o_.groups < 1 || o_.heads % o_.groups != 0)
-      fail(where, "options.groups is " + to_string(o_.groups) + " but must divide heads = " + to_string(o_.heads));
-    const Index L = lambda_.rows();
-    if (o_.state == 0) {
-      if (B_.cols() % o_.groups != 0 || B_.cols() == 0)
-        detail::require_shape(false, where, "B", B_.rows(), B_.cols(),
-                              "(L=" + to_string(L) + ", G*N) with G = " + to_string(o_.groups));
-      o_.state = B_.cols() / o_.groups;
-    }
-    const Index N = o_.state, G = o_.groups, H = o_.heads;
-    const std::string gn = "(L=" + to_string(L) + ", G*N=" + to_string(G * N) + ")";
-    detail::require_shape(B_.rows() == L && B_.cols() == G * N, where, "B", B_.rows(), B_.cols(), gn);
-    detail::require_shape(C_.rows() == L && C_.cols() == G * N, where, "C", C_.rows(), C_.cols(), gn);
-    if (rate_.empty())
-      detail::require_shape(lambda_.cols() == H * N || lambda_.cols() == H, where, "lambda", lambda_.rows(),
-                            lambda_.cols(),
-                            "(L, H*N=" + to_string(H * N) + ") for per-state decay or (L, H=" + to_string(H) +
-                                ") for one decay per head");
-    else {
-      detail::require_shape(lambda_.cols() == H, where, "factored_decay dt", lambda_.rows(), lambda_.cols(),
-                            "(L, H=" + to_string(H) + ")");
-      detail::require_shape(rate_.rows() == H && rate_.cols() == N, where, "factored_decay A", rate_.rows(),
-                            rate_.cols(), "(H=" + to_string(H) + ", N=" + to_string(N) + ")");
-    }
-    if (!bonus_.empty()) {
-      o_.strict = true;
-      detail::require_shape(bonus_.rows() == H && bonus_.cols() == N, where, "bonus", bonus_.rows(),
-                            bonus_.cols(), "(H=" + to_string(H) + ", N=" + to_string(N) + ")");
-    }
+    check_shapes();
+    if (!o_.allow_growth) check_decay();
   }
 
   Index length() const { return lambda_.rows(); }
@@ -133,6 +106,105 @@ class Semiseparable : public op_base {
   const semiseparable_options& options() const { return o_; }
 
  private:
+  /// Shape checks that name the argument that is wrong: L and N are taken from the majority of the
+  /// arguments that carry them (and from options.state when given), so one bad argument is the one
+  /// reported; where two arguments disagree and nothing decides between them, both are named.
+  void check_shapes() {
+    const char* where = "semiseparable";
+    using detail::fail;
+    using std::to_string;
+    if (o_.heads < 1) fail(where, "options.heads is " + to_string(o_.heads) + " but must be >= 1 (H)");
+    if (o_.head_dim < 1) fail(where, "options.head_dim is " + to_string(o_.head_dim) + " but must be >= 1 (P)");
+    if (o_.groups < 1 || o_.heads % o_.groups != 0)
+      fail(where, "options.groups is " + to_string(o_.groups) + " but must divide heads = " + to_string(o_.heads));
+    if (o_.state < 0) fail(where, "options.state is " + to_string(o_.state) + " but must be >= 0 (0: inferred)");
+    const Index H = o_.heads, G = o_.groups;
+    const char* lname = factored() ? "factored_decay dt" : "lambda";
+    // L: lambda's (or dt's), B's and C's rows; two that agree outvote the third.
+    const Index lL = lambda_.rows(), bL = B_.rows(), cL = C_.rows();
+    const Index L = (bL == cL) ? bL : lL;
+    auto shape = [](const coefficient<T>& m) { return detail::shape_string(m.rows(), m.cols()); };
+    if (bL != cL && lL != bL && lL != cL)
+      fail(where, std::string(lname) + " " + shape(lambda_) + ", B " + shape(B_) + " and C " + shape(C_) +
+                      " disagree on L (their rows): all three must have L rows");
+    // N: from options.state, else from the arguments that fix it (B, C, a per-state lambda, A).
+    Index N = o_.state;
+    if (N == 0) {
+      const Index bN = B_.cols() % G == 0 ? B_.cols() / G : -1, cN = C_.cols() % G == 0 ? C_.cols() / G : -1;
+      Index lN = -1;  // what the decay says about N, when it says anything
+      if (factored()) lN = rate_.cols();
+      else if (lambda_.cols() != H && lambda_.cols() % H == 0) lN = lambda_.cols() / H;
+      if (bN == cN || bN == lN) N = bN;
+      else if (cN == lN) N = cN;
+      else if (lN > 0) N = lN;
+      else
+        fail(where, "B " + shape(B_) + " and C " + shape(C_) + " disagree: both must be (L, G*N) with G = " +
+                        to_string(G) + " (set options.state to say which N is meant)");
+      if (N <= 0)
+        detail::require_shape(false, where, "B", B_.rows(), B_.cols(),
+                              "(L=" + to_string(L) + ", G*N) with G = " + to_string(G) + " and N >= 1");
+      o_.state = N;
+    }
+    const std::string gn = "(L=" + to_string(L) + ", G*N=" + to_string(G * N) + ")";
+    detail::require_shape(B_.rows() == L && B_.cols() == G * N, where, "B", B_.rows(), B_.cols(), gn);
+    detail::require_shape(C_.rows() == L && C_.cols() == G * N, where, "C", C_.rows(), C_.cols(), gn);
+    if (!factored())
+      detail::require_shape(lambda_.rows() == L && (lambda_.cols() == H * N || lambda_.cols() == H), where,
+                            "lambda", lambda_.rows(), lambda_.cols(),
+                            "(L=" + to_string(L) + ", H*N=" + to_string(H * N) +
+                                ") for per-state decay or (L=" + to_string(L) + ", H=" + to_string(H) +
+                                ") for one decay per head");
+    else {
+      detail::require_shape(lambda_.rows() == L && lambda_.cols() == H, where, "factored_decay dt", lambda_.rows(),
+                            lambda_.cols(), "(L=" + to_string(L) + ", H=" + to_string(H) + ")");
+      detail::require_shape(rate_.rows() == H && rate_.cols() == N, where, "factored_decay A", rate_.rows(),
+                            rate_.cols(), "(H=" + to_string(H) + ", N=" + to_string(N) + ")");
+    }
+    if (!bonus_.empty()) {
+      o_.strict = true;
+      detail::require_shape(bonus_.rows() == H && bonus_.cols() == N, where, "bonus", bonus_.rows(),
+                            bonus_.cols(), "(H=" + to_string(H) + ", N=" + to_string(N) + ")");
+    }
+  }
+
+  /// The library's invariant: no positive log-decay (exp of a sum of them overflows). NaN passes
+  /// (non-finite values propagate, docs/numerics.md); -inf is a reset. O(L*H + H*N) for a factored
+  /// decay (the sign of dt against A's extremes per head), one read of lambda otherwise.
+  void check_decay() const {
+    auto bad = [](const char* arg, Index r, Index c, T v, const char* hint) {
+      std::ostringstream s;
+      s << "semiseparable: " << arg << "[" << r << ", " << c << "] = " << v << hint
+        << " (set options.allow_growth to accept growing states)";
+      throw std::domain_error(s.str());
+    };
+    if (!factored()) {
+      for (Index t = 0; t < lambda_.rows(); ++t) {
+        const T* row = lambda_.row(t);
+        for (Index j = 0; j < lambda_.cols(); ++j)
+          if (row[j] > T(0)) bad("lambda", t, j, row[j], " is a positive log-decay; expected lambda <= 0");
+      }
+      return;
+    }
+    const Index H = o_.heads, N = o_.state;
+    for (Index h = 0; h < H; ++h) {
+      Index mx = 0, mn = 0;  // where A[h, :] is largest and smallest
+      for (Index m = 1; m < N; ++m) {
+        if (rate_(h, m) > rate_(h, mx)) mx = m;
+        if (rate_(h, m) < rate_(h, mn)) mn = m;
+      }
+      for (Index t = 0; t < lambda_.rows(); ++t) {
+        const T dt = lambda_(t, h);
+        const Index m = dt > T(0) ? mx : mn;
+        if (dt * rate_(h, m) > T(0)) {
+          std::ostringstream hint;
+          hint << " and A[" << h << ", " << m << "] = " << rate_(h, m)
+               << " give a positive log-decay dt * A; expected dt >= 0 and A <= 0";
+          bad("factored_decay dt", t, h, dt, hint.str().c_str());
+        }
+      }
+    }
+  }
+
   coefficient<T> lambda_, rate_, B_, C_, bonus_;
   semiseparable_options o_;
 };

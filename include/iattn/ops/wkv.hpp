@@ -2,7 +2,7 @@
 //   score[t, s] = sum_{r=s+1..t-1} w_r[c] + k_s[c]   (s < t),      score[t, t] = u[c] + k_t[c]
 //   H^c[t, s]   = exp(score[t, s] - ell_t),   ell_t = log sum_{s<=t} exp(score[t, s])
 // so every row sums to 1. It is the matrix row_normalize(S_strict(lambda = w, B = e^k, C = 1,
-// bonus = e^u)) of design.md, evaluated in the log domain with running maxima (Hugging Face's
+// bonus = e^u)) of docs/design.md section 2, evaluated in the log domain with running maxima (Hugging Face's
 // rwkv_linear_attention_cpu does the same for apply): no exp argument is positive and nothing
 // overflows or underflows to 0/0, whatever the spread of k (keys of +-80 in float included).
 //
@@ -27,8 +27,12 @@ class Wkv : public op_base {
 
   Wkv(coefficient<T> w, coefficient<T> k, coefficient<T> u) : w_(std::move(w)), k_(std::move(k)), u_(std::move(u)) {
     using std::to_string;
-    const Index L = k_.rows(), D = k_.cols();
-    detail::require_shape(L >= 0 && D >= 1, "wkv", "k", k_.rows(), k_.cols(), "(L, D) with D >= 1");
+    // D from the majority of w, k and u (so the one argument that is wrong is named); L from k,
+    // or from w when w is per-token and k alone disagrees with it on D.
+    const Index D = (w_.cols() == u_.cols()) ? w_.cols() : k_.cols();
+    const Index L = k_.rows();
+    detail::require_shape(L >= 0 && k_.cols() == D && D >= 1, "wkv", "k", k_.rows(), k_.cols(),
+                          "(L, D=" + to_string(D) + ") with D >= 1");
     detail::require_shape(w_.cols() == D && (w_.rows() == L || w_.rows() == 1), "wkv", "w", w_.rows(), w_.cols(),
                           "(L=" + to_string(L) + ", D=" + to_string(D) + ") or (1, D=" + to_string(D) + ")");
     detail::require_shape(u_.rows() == 1 && u_.cols() == D, "wkv", "u", u_.rows(), u_.cols(), "(1, D=" + to_string(D) + ")");

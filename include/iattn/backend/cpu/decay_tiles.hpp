@@ -4,7 +4,7 @@
 // E(i..j) is the decay accumulated over tokens i..j (exp of a sum of log-decays, or a product of
 // linear decays), and the strict form sum_m C_t[m] E(s+1..t-1)[m] B_s[m], diagonal C_t bonus B_t.
 //
-// Stable block form (design section 3). Tokens are cut into blocks of `tile_size`. For a tile of
+// Stable block form (docs/design.md section 5). Tokens are cut into blocks of `tile_size`. For a tile of
 // row block I = [i0, i1) strictly below column block J = [j0, j1):
 //   H[I, J] = Ct_I * diag(mid) * Bt_J^T                                  (a rank-N GEMM)
 //   Ct[t] = C_t E(i0+1..t),  Bt[s] = B_s E(s+1..j1-1),  mid = E(j1..i0)   (inclusive)
