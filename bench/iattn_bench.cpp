@@ -89,6 +89,37 @@ void run_materialize(benchmark::State& st, MakeH&& make) {
   st.SetBytesProcessed(st.iterations() * d.L * d.L * Index(sizeof(float)));
 }
 
+// ---- ownership: building the expression from lvalues (owned copies, the default) or from
+// iattn::ref (zero-copy), then one apply, per iteration. The ratio is what the safe default costs
+// a caller who rebuilds the expression on every call (issue 19 part 1).
+template <bool Ref, bool Dense>
+void BM_build_apply_mamba1(benchmark::State& st) {
+  using namespace iattn;
+  const auto& d = get(st.range(0));
+  auto build = [&] {
+    if constexpr (Ref) {
+      auto S = [&] {
+        if constexpr (Dense) return semiseparable(ref(d.dA), ref(d.B), ref(d.C), {.heads = D});
+        else return semiseparable(factored_decay(ref(d.dt), ref(d.A)), ref(d.B), ref(d.C), {.heads = D});
+      }();
+      return diagonal(ref(d.g)) * S * diagonal(ref(d.dt)) * diagonal(ref(d.u)) * causal_conv(ref(d.w));
+    } else {
+      auto S = [&] {
+        if constexpr (Dense) return semiseparable(d.dA, d.B, d.C, {.heads = D});
+        else return semiseparable(factored_decay(d.dt, d.A), d.B, d.C, {.heads = D});
+      }();
+      return diagonal(d.g) * S * diagonal(d.dt) * diagonal(d.u) * causal_conv(d.w);
+    }
+  };
+  for (auto _ : st) {
+    auto H = build();
+    Mat y = iattn::apply(H, d.x);
+    benchmark::DoNotOptimize(y.data());
+    benchmark::ClobberMemory();
+  }
+  st.SetItemsProcessed(st.iterations() * d.L * D * N);
+}
+
 // ---- apply ----------------------------------------------------------------------------------------
 void BM_apply_diagonal(benchmark::State& st) { run_apply(st, [](const data& d) { return iattn::diagonal(d.g); }, D); }
 void BM_apply_causal_conv(benchmark::State& st) { run_apply(st, [](const data& d) { return iattn::causal_conv(d.w); }, D); }
@@ -176,6 +207,10 @@ void lengths(benchmark::internal::Benchmark* b) {
 
 }  // namespace
 
+BENCHMARK_TEMPLATE(BM_build_apply_mamba1, false, false)->Apply(lengths);  // owned, factored decay
+BENCHMARK_TEMPLATE(BM_build_apply_mamba1, true, false)->Apply(lengths);   // ref, factored decay
+BENCHMARK_TEMPLATE(BM_build_apply_mamba1, false, true)->Apply(lengths);   // owned, dense (L, D*N) decay
+BENCHMARK_TEMPLATE(BM_build_apply_mamba1, true, true)->Apply(lengths);    // ref, dense decay
 BENCHMARK(BM_apply_diagonal)->Apply(lengths);
 BENCHMARK(BM_apply_causal_conv)->Apply(lengths);
 BENCHMARK(BM_apply_linear_recurrence)->Apply(lengths);

@@ -18,6 +18,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <vector>
 
 #if defined(_OPENMP)
 #include <omp.h>
@@ -185,6 +186,109 @@ void BM_row(benchmark::State& st) {
   st.SetBytesProcessed(st.iterations() * L * D * Index(sizeof(float)));
 }
 
+// ---- structured channel means and materialize_all (issue 19 part 3, docs/performance.md) --------
+// Mamba-2 at the issue's shape (H = 24, P = 64, N = 128): the mean through head_mean.hpp (the
+// automatic choice), through the per-channel (channel, state) GEMMs it replaced (forced), the
+// mean of |H^c|, and the floor it is held to: every head's core materialized (one channel per
+// head) plus one rank-P product G_h V_h^T (L x P x L) per head, on Mamba-2-shaped coefficients.
+template <iattn::cpu_detail::mean_path Path, bool Abs>
+void BM_mean_mamba2_path(benchmark::State& st) {
+  const auto& d = decomposition<mamba2>(st.range(0));
+  const Index L = d.x.rows(), D = d.x.cols();
+  for (auto _ : st) {
+    Mat m = iattn::cpu_detail::materialize_mean<float>(d.H, iattn::cpu_detail::context{L, D}, {0, D, Abs}, Path);
+    benchmark::DoNotOptimize(m.data());
+  }
+  st.SetItemsProcessed(st.iterations() * L * L);
+}
+void BM_mean_mamba2_cores_products(benchmark::State& st) {
+  const Index L = st.range(0), H = 24, P = 64, N = 128;
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  auto random = [&](Index r, Index c) {
+    Mat m(r, c);
+    for (Index i = 0; i < m.size(); ++i) m.data()[i] = nd(rng);
+    return m;
+  };
+  Mat lam = -random(L, H).cwiseAbs() * 0.1f;
+  const Mat B = random(L, N), C = random(L, N), G = random(L, H * P), V = random(L, H * P);
+  const auto S = iattn::semiseparable(lam, B, C, {.heads = H, .head_dim = P});
+  // In parallel over heads (as head_mean.hpp), each thread its own accumulator: one core (the
+  // library's tiles) and one Eigen GEMM per head, then the accumulators summed.
+  const int nt = iattn::cpu_detail::max_threads();
+  std::vector<Mat> acc(std::size_t(nt), Mat(L, L)), prod(std::size_t(nt), Mat(L, L));
+  for (auto _ : st) {
+    for (auto& a : acc) a.setZero();
+    iattn::cpu_detail::parallel_for(H, [&](Index h) {
+      const auto k = std::size_t(iattn::cpu_detail::thread_index());
+      const Mat core = iattn::cpu_detail::materialize<float>(S, iattn::cpu_detail::context{L, H * P}, h * P);
+      prod[k].noalias() = G.middleCols(h * P, P) * V.middleCols(h * P, P).transpose();
+      acc[k] += core.cwiseProduct(prod[k]);
+    });
+    for (int k = 1; k < nt; ++k) acc[0] += acc[std::size_t(k)];
+    benchmark::DoNotOptimize(acc[0].data());
+  }
+  st.SetItemsProcessed(st.iterations() * L * L);
+}
+
+// Vision-Mamba-small-like layer (d_model 384: D = 768, N = 16) at L = 197: every channel's matrix
+// (D, L, L) into fresh memory (materialize_all) and into reused memory (materialize_all_into), the
+// old per-channel loop of materialize(H, c) copied into the tensor, and the store floor: the same
+// bytes written into fresh or reused memory. The VM's first touch of fresh pages is slow.
+const auto& vim_small(Index L) {
+  static const auto w = vision_mamba_init<float>({.mamba = {.d_model = 384, .d_state = 16}}, 6);
+  using Dec = decltype(vision_mamba_decompose(w, sample_input(1, 384)));
+  return cached<Dec>("vim_small", L, [](Index n) { return vision_mamba_decompose(w, sample_input(n, 384)); });
+}
+void BM_all_vim_fresh(benchmark::State& st) {
+  const auto& d = vim_small(st.range(0));
+  const Index L = d.x.rows(), D = d.x.cols();
+  for (auto _ : st) {
+    iattn::Tensor3<float> all = iattn::materialize_all(d.H);
+    benchmark::DoNotOptimize(all.data());
+  }
+  st.SetBytesProcessed(st.iterations() * D * L * L * Index(sizeof(float)));
+}
+void BM_all_vim_reused(benchmark::State& st) {
+  const auto& d = vim_small(st.range(0));
+  const Index L = d.x.rows(), D = d.x.cols();
+  iattn::Tensor3<float> all(D, L, L, 0.f);
+  for (auto _ : st) {
+    iattn::materialize_all_into(all, d.H);
+    benchmark::DoNotOptimize(all.data());
+    benchmark::ClobberMemory();
+  }
+  st.SetBytesProcessed(st.iterations() * D * L * L * Index(sizeof(float)));
+}
+void BM_all_vim_per_channel(benchmark::State& st) {
+  const auto& d = vim_small(st.range(0));
+  const Index L = d.x.rows(), D = d.x.cols();
+  iattn::Tensor3<float> all(D, L, L, 0.f);
+  for (auto _ : st) {
+    for (Index c = 0; c < D; ++c) all.slice(c) = iattn::materialize(d.H, c);
+    benchmark::DoNotOptimize(all.data());
+    benchmark::ClobberMemory();
+  }
+  st.SetBytesProcessed(st.iterations() * D * L * L * Index(sizeof(float)));
+}
+template <bool Fresh>
+void BM_store_vim(benchmark::State& st) {
+  const Index L = st.range(0), n = 768 * L * L;
+  std::unique_ptr<float[]> kept(new float[std::size_t(n)]);
+  std::fill(kept.get(), kept.get() + n, 0.f);
+  for (auto _ : st) {
+    std::unique_ptr<float[]> fresh(Fresh ? new float[std::size_t(n)] : nullptr);
+    float* q = Fresh ? fresh.get() : kept.get();
+    iattn::cpu_detail::parallel_for(768, [&](Index c) {
+      float* p = q + c * L * L;
+      for (Index i = 0; i < L * L; ++i) p[i] = float(i);
+    });
+    benchmark::DoNotOptimize(q);
+    benchmark::ClobberMemory();
+  }
+  st.SetBytesProcessed(st.iterations() * n * Index(sizeof(float)));
+}
+
 void lengths(benchmark::internal::Benchmark* b) {
   for (Index L : {256, 1024, 4096, 16384}) b->Arg(L);
   b->Unit(benchmark::kMillisecond)->UseRealTime();
@@ -217,4 +321,14 @@ BENCHMARK_TEMPLATE(BM_materialize_mean, mamba1)->Apply(mean_lengths);
 BENCHMARK_TEMPLATE(BM_materialize_mean, mamba2)->Apply(mean_lengths);
 BENCHMARK_TEMPLATE(BM_materialize_mean, griffin)->Apply(mean_lengths);
 BENCHMARK_TEMPLATE(BM_materialize_mean, rwkv4)->Apply(short_lengths);
+using iattn::cpu_detail::mean_path;
+BENCHMARK_TEMPLATE(BM_mean_mamba2_path, mean_path::automatic, false)->Arg(1024)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(1);
+BENCHMARK_TEMPLATE(BM_mean_mamba2_path, mean_path::channels, false)->Arg(1024)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(1);
+BENCHMARK_TEMPLATE(BM_mean_mamba2_path, mean_path::automatic, true)->Arg(1024)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(1);
+BENCHMARK(BM_mean_mamba2_cores_products)->Arg(1024)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(1);
+BENCHMARK(BM_all_vim_fresh)->Arg(197)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_all_vim_reused)->Arg(197)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_all_vim_per_channel)->Arg(197)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_TEMPLATE(BM_store_vim, true)->Arg(197)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_TEMPLATE(BM_store_vim, false)->Arg(197)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_MAIN();

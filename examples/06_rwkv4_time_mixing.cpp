@@ -14,7 +14,7 @@ int main() {
   std::printf("RWKV-4: max |block - output(H v)| = %.2e\n", err);
 
   // Before the receptance gate every row of the WKV matrix is a weighted average: it sums to one.
-  const Matrix<double> wkv = materialize(rwkv4_wkv(w, rwkv4_project(w, u).k), 9);
+  const Matrix<double> wkv = materialize(rwkv4_wkv(activations(w, u)), 9);
   std::printf("channel 9: WKV row 20 sums to %.15f\n", wkv.row(20).sum());
   return err < 1e-10 ? 0 : 1;
 }

@@ -1,8 +1,9 @@
 // The main demo: every model in the zoo, with seeded random weights of realistic shape and one fixed
 // sample input. Prints a table (model, L, exactness against the model's own forward, apply and
 // materialize times) and writes a gallery into the output directory: per model one channel's
-// matrix, the channel mean, and the rollout map of a 4-layer stack, as PNG heatmaps and .npy files,
-// with index.html showing them all.
+// matrix (signed, blue-white-red), the channel mean (linear with the diagonal masked, and log10),
+// the mean of |H^c|, and the rollout map of a 4-layer stack, as titled PNG heatmaps with colorbars
+// (.npy files of the mean and rollout), with index.html showing them all, each with a caption.
 //
 //   iattn_demo [out_dir=out] [--quick]        (--quick: small shapes, for the smoke test)
 #include <iattn/explain/methods.hpp>
@@ -33,6 +34,7 @@ struct row_result {
   std::string name, note;
   Index L = 0, D = 0;
   double err = 0, apply_ms = 0, materialize_ms = 0;
+  std::vector<std::pair<std::string, std::string>> figures = {};  // (PNG file name, caption)
 };
 
 template <class F>
@@ -66,9 +68,21 @@ row_result run_model(const settings& st, const std::string& name, const std::str
   const Index c = r.D / 3;  // one channel away from the edges
   const Mat one = materialize(dv.H, c, us.rows());
   const Mat mean = materialize_mean(dv.H, us.rows());
-  explain::write_heatmap_png(base + "_channel.png", one);
-  explain::write_heatmap_png(base + "_mean.png", mean);
+  // each picture: a two-line title in the image (what, then how it is displayed), the same words as
+  // its caption in index.html
+  auto picture = [&](const std::string& kind, const Mat& M, const explain::map_subject& what, explain::heatmap_options o) {
+    o.cell = 6;
+    o.title = explain::heatmap_caption(what, M, o, "\n");
+    explain::write_heatmap_png(base + "_" + kind + ".png", M, o);
+    r.figures.emplace_back(name + "_" + kind + ".png", explain::heatmap_caption(what, M, o));
+  };
+  picture("channel", one, {.model = name, .channel = c}, {.colormap = explain::colormap_kind::diverging});  // signed, white at 0
+  picture("mean", mean, {.model = name, .channels = r.D}, {.mask_diagonal = true});
+  picture("mean_log", mean, {.model = name, .channels = r.D}, {.scale = explain::scale_kind::log});
   npy::write(base + "_mean.npy", mean);
+  // the mean of |H^c|, which no cancellation between channels of opposite sign can hide (against |mean H^c| above)
+  const Mat abs_mean = materialize_mean(dv.H, {.abs = true}, us.rows());
+  picture("abs_mean", abs_mean, {.model = name, .channels = r.D, .abs_mean = true}, {.mask_diagonal = true});
 
   // a stack of st.layers blocks of this model, its per-layer channel means, and their rollout
   const auto s = make_stack<float>(st.layers, 64, u.cols(), make_block, 5);
@@ -76,7 +90,8 @@ row_result run_model(const settings& st, const std::string& name, const std::str
   std::vector<Mat> maps;
   for (const auto& layer : run.layers) maps.push_back(materialize_mean(layer.H, us.rows()).cwiseAbs());
   const Mat rho = explain::rollout(maps);
-  explain::write_heatmap_png(base + "_rollout.png", rho);
+  picture("rollout", rho, {.model = name, .what = "rollout over " + std::to_string(st.layers) + " layers of |channel mean|"},
+          {.mask_diagonal = true});
   npy::write(base + "_rollout.npy", rho);
   return r;
 }
@@ -85,11 +100,12 @@ std::string index_html(const std::vector<row_result>& rows, const settings& st) 
   std::string h =
       "<!doctype html><html><head><meta charset=\"utf-8\"><title>iattn gallery</title><style>"
       "body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}td,th{padding:4px 10px;border-bottom:1px solid #ccc}"
-      "figure{display:inline-block;margin:6px;text-align:center}img{width:256px;height:256px;image-rendering:pixelated}"
+      "figure{display:inline-block;vertical-align:top;margin:6px;max-width:480px}figcaption{font-size:90%}"
+      "img{max-width:100%;image-rendering:pixelated}"
       "</style></head><body><h1>iattn: implicit attention of every model in the zoo</h1>"
       "<p>Seeded random weights, one sample input. The table is at L = " + std::to_string(st.L) + "; the heatmaps show the first " +
-      std::to_string(std::min(st.L, st.view)) + " tokens: |H| min-max normalised, viridis, row t (query) against column s (key). "
-      "Rollout over a " + std::to_string(st.layers) + "-layer pre-norm stack of the same block.</p>"
+      std::to_string(std::min(st.L, st.view)) + " tokens, row t (query) against column s (key); each caption says what the map is and how it is displayed "
+      "(viridis for magnitudes, blue-white-red for signed maps, grey for a masked diagonal). Rollout over a " + std::to_string(st.layers) + "-layer pre-norm stack of the same block.</p>"
       "<table><tr><th>model</th><th>D</th><th>max |block - out_proj(Hx+&beta;)| (rel.)</th><th>apply ms</th><th>materialize ms</th></tr>";
   char buf[256];
   for (const auto& r : rows) {
@@ -100,8 +116,8 @@ std::string index_html(const std::vector<row_result>& rows, const settings& st) 
   h += "</table>";
   for (const auto& r : rows) {
     h += "<h2>" + r.name + "</h2><p>" + r.note + "</p>";
-    for (const char* kind : {"channel", "mean", "rollout"})
-      h += "<figure><img src=\"" + r.name + "_" + kind + ".png\"><figcaption>" + kind + "</figcaption></figure>";
+    for (const auto& [file, caption] : r.figures)
+      h += "<figure><img src=\"" + file + "\" alt=\"" + caption + "\"><figcaption>" + caption + "</figcaption></figure>";  // our words: no markup
   }
   return h + "</body></html>\n";
 }

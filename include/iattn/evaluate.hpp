@@ -1,8 +1,11 @@
-// iattn/evaluate.hpp: the ways to evaluate an expression H (design section 3).
+// iattn/evaluate.hpp: the ways to evaluate an expression H (docs/design.md section 3).
 //
 //   apply(H, X)                 Y = H X, (L, D), O(L*D*N); never forms an L x L matrix
 //   materialize(H, c)           H^c, (L, L), by stable blocked rank-N tiles
 //   materialize_mean(H)         mean over channels of H^c, (L, L), no per-channel L x L temporaries
+//   materialize_mean(H, opts)   mean of H^c or |H^c| over all channels, one head's, or a range
+//   materialize_head_means(H)   every head's mean, Tensor3 (heads, L, L)
+//   materialize_all(H)          every channel's H^c, Tensor3 (D, L, L); materialize_all_into(out, H)
 //   row(H, t), col(H, s)        row t / column s of every channel's matrix, (D, L), O(L*D*N)
 //   block(H, c, rows, cols)     a tile of H^c, for L too large to materialize
 //   bind(H, X)                  H with every GroupNorm's statistics fixed from the forward pass on X
@@ -16,8 +19,10 @@
 #include "backend/cpu/evaluate.hpp"
 #include "core/backend.hpp"
 #include "core/error.hpp"
+#include "core/tensor3.hpp"
 #include "core/traits.hpp"
 
+#include <optional>
 #include <string>
 #include <type_traits>
 
@@ -131,6 +136,121 @@ auto materialize_mean(cpu, const H& h, Index L = any) {
 template <Operator H>
 auto materialize_mean(const H& h, Index L = any) {
   return materialize_mean(cpu{}, h, L);
+}
+
+/// What materialize_mean averages. A head is the P = head_dim channels [h P, (h+1) P) of the
+/// expression's Semiseparable nodes (which must agree on P); for expressions without one, give an
+/// explicit channel range instead. At most one of head and channels.
+struct mean_options {
+  bool abs = false;               ///< the mean of |H^c| instead of H^c
+  std::optional<Index> head{};    ///< only head h's channels
+  std::optional<range> channels{};  ///< only channels [begin, end), non-empty, inside [0, D)
+};
+
+namespace detail {
+inline std::string range_string(range r) { return "[" + std::to_string(r.begin) + ", " + std::to_string(r.end) + ")"; }
+
+/// P of the expression's heads, or a throw naming why there is none.
+template <class H>
+Index require_heads(const H& h, const char* where) {
+  const Index P = cpu_detail::head_dim_of(h);
+  if (P == 0)
+    fail(where, "the expression has no heads (no Semiseparable); give options.channels = {c0, c1} instead");
+  if (P < 0) fail(where, "the expression's Semiseparable nodes disagree on head_dim, so it has no heads; give options.channels");
+  return P;
+}
+
+template <class H>
+cpu_detail::mean_request resolve_mean(const H& h, const mean_options& o, const char* where) {
+  const Index D = h.channels();
+  if (o.head && o.channels) fail(where, "options.head and options.channels are both set; give one of them");
+  if (o.head) {
+    const Index P = require_heads(h, where), nh = D / P;
+    if (*o.head < 0 || *o.head >= nh)
+      fail(where, "options.head = " + std::to_string(*o.head) + " is out of range [0, H=" + std::to_string(nh) +
+                      ") (D=" + std::to_string(D) + ", P=" + std::to_string(P) + ")");
+    return {*o.head * P, (*o.head + 1) * P, o.abs};
+  }
+  if (o.channels) {
+    const range r = *o.channels;
+    if (r.begin < 0 || r.end > D || r.end <= r.begin)
+      fail(where, "options.channels = " + range_string(r) + " is not a non-empty range inside [0, D=" + std::to_string(D) + ")");
+    return {r.begin, r.end, o.abs};
+  }
+  return {0, D, o.abs};
+}
+
+template <class H>
+Index resolve_mean_length(const H& h, Index L, const char* where) {
+  L = resolve_length(h, L, where);
+  if (h.channels() == any) fail(where, "the expression does not fix the channel count D");
+  require_bound(h, where);
+  return L;
+}
+}  // namespace detail
+
+/// Mean of H^c (or |H^c| with o.abs) over all channels, one head's (o.head) or a range
+/// (o.channels), (L, L). Exact; see docs/operators.md for the paths and their costs.
+template <Operator H>
+auto materialize_mean(cpu, const H& h, const mean_options& o, Index L = any) {
+  using T = detail::eval_scalar_t<H, double>;
+  L = detail::resolve_mean_length(h, L, "materialize_mean");
+  const auto rq = detail::resolve_mean(h, o, "materialize_mean");
+  return cpu_detail::materialize_mean<T>(h, cpu_detail::context{L, h.channels()}, rq);
+}
+template <Operator H>
+auto materialize_mean(const H& h, const mean_options& o, Index L = any) {
+  return materialize_mean(cpu{}, h, o, L);
+}
+
+/// Every head's mean (of H^c, or of |H^c| with o.abs), (heads, L, L); o.head and o.channels must
+/// be unset.
+template <Operator H>
+auto materialize_head_means(cpu, const H& h, const mean_options& o = {}, Index L = any) {
+  using T = detail::eval_scalar_t<H, double>;
+  const char* where = "materialize_head_means";
+  L = detail::resolve_mean_length(h, L, where);
+  if (o.head || o.channels) detail::fail(where, "options.head and options.channels must be unset (every head is computed)");
+  const Index P = detail::require_heads(h, where), D = h.channels();
+  Tensor3<T> out(D / P, L, L);
+  cpu_detail::materialize_head_means<T>(h, cpu_detail::context{L, D}, P, o.abs, out.data());
+  return out;
+}
+template <Operator H>
+auto materialize_head_means(const H& h, const mean_options& o = {}, Index L = any) {
+  return materialize_head_means(cpu{}, h, o, L);
+}
+
+/// Every channel's matrix into the caller's out, which must be (D, L, L): no allocation.
+template <Operator H, Scalar T>
+void materialize_all_into(cpu, Tensor3<T>& out, const H& h, Index L = any) {
+  static_assert(std::is_same_v<T, detail::eval_scalar_t<H, T>>, "materialize_all_into: out must have the expression's scalar type");
+  const char* where = "materialize_all_into";
+  L = detail::resolve_mean_length(h, L, where);
+  const Index D = h.channels();
+  if (out.dims[0] != D || out.dims[1] != L || out.dims[2] != L)
+    detail::fail(where, "out has shape (" + std::to_string(out.dims[0]) + ", " + std::to_string(out.dims[1]) + ", " +
+                            std::to_string(out.dims[2]) + ") but expected (D=" + std::to_string(D) + ", L=" +
+                            std::to_string(L) + ", L=" + std::to_string(L) + ")");
+  cpu_detail::materialize_all<T>(h, cpu_detail::context{L, D}, out.data());
+}
+template <Operator H, Scalar T>
+void materialize_all_into(Tensor3<T>& out, const H& h, Index L = any) {
+  materialize_all_into(cpu{}, out, h, L);
+}
+
+/// Every channel's (L, L) matrix, (D, L, L) row-major [c][t][s]: what the authors' code returns.
+template <Operator H>
+auto materialize_all(cpu, const H& h, Index L = any) {
+  using T = detail::eval_scalar_t<H, double>;
+  L = detail::resolve_mean_length(h, L, "materialize_all");
+  Tensor3<T> out(h.channels(), L, L);
+  cpu_detail::materialize_all<T>(h, cpu_detail::context{L, h.channels()}, out.data());
+  return out;
+}
+template <Operator H>
+auto materialize_all(const H& h, Index L = any) {
+  return materialize_all(cpu{}, h, L);
 }
 
 /// Row t of every channel's matrix, (D, L): result(c, s) = H^c[t, s].

@@ -123,9 +123,9 @@ TEST_CASE("RWKV-4 with keys of +-80 in float is exact against its double forward
   auto w = rwkv4_init<double>({.hidden_size = 16, .attention_hidden_size = 16}, 3);
   w.key_weight *= 40.0;  // keys spread over about +-80
   const MatD u = sample_input<double>(200, 16, 4);
-  const auto s = rwkv4_project(w, u);
-  REQUIRE(s.k.maxCoeff() > 60);
-  REQUIRE(s.k.minCoeff() < -60);
+  const auto s = activations(w, u);
+  REQUIRE(s.key.maxCoeff() > 60);
+  REQUIRE(s.key.minCoeff() < -60);
   rwkv4_weights<float> wf;  // the same weights in float
   wf.config = w.config;
   wf.time_decay = w.time_decay.cast<float>(), wf.time_first = w.time_first.cast<float>();

@@ -213,9 +213,9 @@ TEST_CASE("the reference code's bugs would be caught", "[explain][bugs]") {
     auto w = rwkv4_init<float>({.hidden_size = 16, .attention_hidden_size = 16}, 7);
     w.key_weight.setConstant(6.0f);  // keys around 96: beyond exp's float range, spread well below 87
     const Matrix<float> u = (Matrix<float>::Ones(24, 16) + 0.05f * sample_input<float>(24, 16, 9)).eval();
-    const auto s = rwkv4_project(w, u);
-    REQUIRE(s.k.maxCoeff() > 89.0f);
-    REQUIRE(std::isinf(std::exp(s.k.maxCoeff())));  // e^k unshifted overflows float: the bug gives inf/inf
+    const auto s = activations(w, u);
+    REQUIRE(s.key.maxCoeff() > 89.0f);
+    REQUIRE(std::isinf(std::exp(s.key.maxCoeff())));  // e^k unshifted overflows float: the bug gives inf/inf
     const auto d = rwkv4_decompose(w, u);
     REQUIRE(Matrix<float>(iattn::materialize(d.H, 0)).allFinite());
     check_exact<float>(rwkv4_forward(w, u), d);  // shifted by each channel's max: exact

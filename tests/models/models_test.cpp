@@ -96,7 +96,8 @@ TEMPLATE_TEST_CASE("RWKV-4 time mixing equals output(H v)", "[models][rwkv4]", f
 TEST_CASE("Mamba-1 paper matrices by hand (L = 3)", "[models][mamba][paper]") {
   const auto w = small_mamba<double>(5);
   const auto u = sample_input<double>(3, 32, 5);
-  const auto s = mamba_project(w, u);
+  const auto s = activations(w, u);
+  const MatD p = s.conv_out();
   const Index N = w.config.d_state;
   for (Index c : {Index(0), Index(37)}) {
     // Ali et al. eq. 12: alpha[t, s] = C_t (prod_{k=s+1..t} exp(dt_k A)) dt_s B_s
@@ -105,15 +106,15 @@ TEST_CASE("Mamba-1 paper matrices by hand (L = 3)", "[models][mamba][paper]") {
       for (Index q = 0; q <= t; ++q)
         for (Index n = 0; n < N; ++n) {
           double decay = 1;
-          for (Index k = q + 1; k <= t; ++k) decay *= std::exp(s.dt(k, c) * s.A(c, n));
-          alpha(t, q) += s.C(t, n) * decay * s.dt(q, c) * s.B(q, n);
+          for (Index k = q + 1; k <= t; ++k) decay *= std::exp(s.delta(k, c) * s.A(c, n));
+          alpha(t, q) += s.C(t, n) * decay * s.delta(q, c) * s.B(q, n);
         }
     check_close(iattn::materialize(s6_attention(w, u), c), alpha, 1e-12);
     // Zimerman et al. eq. 9: diag(SiLU z) alpha diag(sigmoid p) M
     MatD gate = MatD::Zero(3, 3), act = MatD::Zero(3, 3), M = MatD::Zero(3, 3);
     for (Index t = 0; t < 3; ++t) {
       gate(t, t) = nn::silu(s.z(t, c));
-      act(t, t) = nn::sigmoid(s.p(t, c));
+      act(t, t) = nn::sigmoid(p(t, c));
       for (Index q = 0; q <= t; ++q)
         if (t - q < w.config.d_conv) M(t, q) = w.conv1d_weight(c, w.config.d_conv - 1 - (t - q));
     }
@@ -128,7 +129,8 @@ TEST_CASE("Mamba-1 paper matrices by hand (L = 3)", "[models][mamba][paper]") {
 TEST_CASE("Mamba-2 paper matrix by hand (L = 3)", "[models][mamba2][paper]") {
   const auto w = small_mamba2<double>(6);
   const auto u = sample_input<double>(3, 32, 6);
-  const auto s = mamba2_project(w, u);
+  const auto s = activations(w, u);
+  const MatD p = s.conv_out();
   const auto& c = w.config;
   const Index N = c.d_state, P = c.headdim, H = c.nheads(), di = c.d_inner();
   // v = diag(SiLU z) alpha diag(sigmoid p) M x per channel, then N = diag(weight / rms(v)) per group
@@ -139,7 +141,7 @@ TEST_CASE("Mamba-2 paper matrix by hand (L = 3)", "[models][mamba2][paper]") {
     MatD alpha = MatD::Zero(3, 3), gate = MatD::Zero(3, 3), act = MatD::Zero(3, 3), M = MatD::Zero(3, 3);
     for (Index t = 0; t < 3; ++t) {
       gate(t, t) = nn::silu(s.z(t, ch));
-      act(t, t) = nn::sigmoid(s.p(t, ch));
+      act(t, t) = nn::sigmoid(p(t, ch));
       for (Index q = 0; q <= t; ++q) {
         double decay = 1;
         for (Index k = q + 1; k <= t; ++k) decay *= std::exp(s.dt(k, h) * s.A(0, h));
@@ -164,16 +166,18 @@ TEST_CASE("Griffin paper matrix by hand (L = 3), with and without sqrt(1 - a^2)"
   const auto w = small_griffin<double>(7);
   const auto u = sample_input<double>(3, 32, 7);
   for (bool normaliser : {true, false}) {
-    const auto s = griffin_project(w, u, single_segment(3), normaliser);
+    const auto s = activations(w, u);
+    MatD a, b;
+    s.recurrence(a, b, normaliser);
     for (Index ch : {Index(0), Index(47)}) {
       MatD alpha = MatD::Zero(3, 3), gate = MatD::Zero(3, 3), M = MatD::Zero(3, 3);
       for (Index t = 0; t < 3; ++t) {
-        gate(t, t) = s.gate(t, ch);
+        gate(t, t) = s.y(t, ch);
         for (Index q = 0; q <= t; ++q) {
           double prod = 1;
-          for (Index k = q + 1; k <= t; ++k) prod *= s.a(k, ch);
+          for (Index k = q + 1; k <= t; ++k) prod *= a(k, ch);
           // eq. 16: (prod a) m_s i_s with b = m i (m = sqrt(1 - a^2), checked below)
-          alpha(t, q) = prod * s.b(q, ch);
+          alpha(t, q) = prod * b(q, ch);
           if (t - q < 4) M(t, q) = w.conv_1d_w(3 - (t - q), ch);
         }
       }
@@ -181,29 +185,32 @@ TEST_CASE("Griffin paper matrix by hand (L = 3), with and without sqrt(1 - a^2)"
     }
   }
   // m itself: sqrt(1 - a^2) after the first token, 1 without the normaliser
-  const auto s1 = griffin_project(w, u, single_segment(3), true), s0 = griffin_project(w, u, single_segment(3), false);
+  const auto s = activations(w, u);
+  MatD a1, b1, a0, b0;
+  s.recurrence(a1, b1, true);
+  s.recurrence(a0, b0, false);
   for (Index t = 1; t < 3; ++t) {
-    const double a = s1.a(t, 3);
-    REQUIRE(std::abs(s1.b(t, 3) / s0.b(t, 3) - std::sqrt(1 - a * a)) < 1e-12);
+    const double a = a1(t, 3);
+    REQUIRE(std::abs(b1(t, 3) / b0(t, 3) - std::sqrt(1 - a * a)) < 1e-12);
   }
-  REQUIRE(s1.a(0, 3) == 0.0);
-  REQUIRE(s1.b(0, 3) == s0.b(0, 3));
+  REQUIRE(a1(0, 3) == 0.0);
+  REQUIRE(b1(0, 3) == b0(0, 3));
 }
 
 TEST_CASE("RWKV-4 WKV matrix by hand (L = 3, eq. 20)", "[models][rwkv4][paper]") {
   const auto w = small_rwkv4<double>(8);
   const auto u = sample_input<double>(3, 32, 8);
-  const auto s = rwkv4_project(w, u);
+  const auto s = activations(w, u);
   const auto d = rwkv4_decompose(w, u);
   for (Index c : {Index(0), Index(31)}) {
     const double wd = -std::exp(w.time_decay(0, c)), first = w.time_first(0, c);
     MatD alpha = MatD::Zero(3, 3);
     for (Index t = 0; t < 3; ++t) {
-      double den = std::exp(first + s.k(t, c));
-      for (Index q = 0; q < t; ++q) den += std::exp(double(t - 1 - q) * wd + s.k(q, c));
-      alpha(t, t) = std::exp(first + s.k(t, c)) / den;
-      for (Index q = 0; q < t; ++q) alpha(t, q) = std::exp(double(t - 1 - q) * wd + s.k(q, c)) / den;
-      alpha.row(t) *= s.r(t, c);
+      double den = std::exp(first + s.key(t, c));
+      for (Index q = 0; q < t; ++q) den += std::exp(double(t - 1 - q) * wd + s.key(q, c));
+      alpha(t, t) = std::exp(first + s.key(t, c)) / den;
+      for (Index q = 0; q < t; ++q) alpha(t, q) = std::exp(double(t - 1 - q) * wd + s.key(q, c)) / den;
+      alpha.row(t) *= s.receptance(t, c);
     }
     check_close(iattn::materialize(d.H, c), alpha, 1e-12);
   }
@@ -217,14 +224,15 @@ TEST_CASE("Mamba-1 S6 and Mamba-2 match the segment-sum closed form", "[models][
   {
     const auto w = small_mamba2<double>(9);
     const auto u = sample_input<double>(L, 32, 9);
-    const auto s = mamba2_project(w, u);
+    const auto s = activations(w, u);
+    const MatD a = s.conv_out().unaryExpr([](double v) { return nn::silu(v); });
     const auto& c = w.config;
     const Index H = c.nheads(), P = c.headdim, N = c.d_state;
     auto core = iattn::semiseparable(MatD(s.dt.array().rowwise() * s.A.row(0).array()), s.B, s.C,
                                      {.heads = H, .head_dim = P, .groups = c.ngroups});
     MatD dtx(L, c.d_inner());
     for (Index t = 0; t < L; ++t)
-      for (Index ch = 0; ch < c.d_inner(); ++ch) dtx(t, ch) = s.dt(t, ch / P) * s.a(t, ch);
+      for (Index ch = 0; ch < c.d_inner(); ++ch) dtx(t, ch) = s.dt(t, ch / P) * a(t, ch);
     const MatD y = iattn::apply(core, dtx);
     for (Index h : {Index(0), H - 1}) {
       const Index g = h / (H / c.ngroups);
@@ -242,16 +250,17 @@ TEST_CASE("Mamba-1 S6 and Mamba-2 match the segment-sum closed form", "[models][
   {
     const auto w = small_mamba<double>(10);
     const auto u = sample_input<double>(L, 32, 10);
-    const auto s = mamba_project(w, u);
-    const MatD y = iattn::apply(s6_attention(w, u), s.a);
+    const auto s = activations(w, u);
+    const MatD a = s.conv_out().unaryExpr([](double v) { return nn::silu(v); });
+    const MatD y = iattn::apply(s6_attention(w, u), a);
     for (Index c : {Index(0), Index(63)}) {
       MatD Y = MatD::Zero(L, 1);
       for (Index n = 0; n < w.config.d_state; ++n)
         for (Index t = 0; t < L; ++t)
           for (Index q = 0; q <= t; ++q) {
             double seg = 0;
-            for (Index k = q + 1; k <= t; ++k) seg += s.dt(k, c) * s.A(c, n);
-            Y(t, 0) += s.C(t, n) * s.B(q, n) * std::exp(seg) * s.dt(q, c) * s.a(q, c);
+            for (Index k = q + 1; k <= t; ++k) seg += s.delta(k, c) * s.A(c, n);
+            Y(t, 0) += s.C(t, n) * s.B(q, n) * std::exp(seg) * s.delta(q, c) * a(q, c);
           }
       check_close(y.col(c), Y, 1e-10);
     }

@@ -44,7 +44,7 @@ TEST_CASE("RetNet: the score normalisation max(|row sum|, 1) takes both branches
   w.k_proj_weight *= 6.0;
   w.q_proj_weight *= 6.0;
   const auto u = sample_input<double>(64, 32, 5);
-  const auto s = retnet_project(w, u);
+  const auto s = activations(w, u);
   int above = 0, below = 0;
   for (Index t = 0; t < 64; ++t) {
     double r = 0;
@@ -73,7 +73,7 @@ TEST_CASE("RetNet paper matrix by hand (L = 3, eq. 24)", "[models][retnet][paper
   const auto w = small_retnet<double>(24);
   const Index L = 3, dk = 8, P = 16, H = 4;
   const auto u = sample_input<double>(L, 32, 9);
-  const auto s = retnet_project(w, u);
+  const auto s = activations(w, u);
   // The parallel form with plain loops: per head the masked, normalised score matrix, then the norm.
   std::vector<MatD> A(H, MatD::Zero(L, L));
   MatD o = MatD::Zero(L, 64);

@@ -80,8 +80,8 @@ TEMPLATE_TEST_CASE("RWKV-6 time mixing equals o_proj(H v + beta)", "[models][rwk
 TEST_CASE("RWKV-6 WKV matrix by hand (L = 3): strict decay, bonus on the diagonal", "[models][rwkv6]") {
   const auto w = small_rwkv6<double>(44);
   const auto u = sample_input<double>(3, 32, 8);
-  const auto s = rwkv6_project(w, u);
-  const auto S = rwkv6_wkv(w, s);
+  const auto s = activations(w, u);
+  const auto S = rwkv6_wkv(s);
   const Index dk = 8;
   for (Index c : {Index(0), Index(20)}) {
     const Index h = c / 16;
@@ -247,8 +247,8 @@ TEST_CASE("mLSTM cell matrix equals the parallel stabilised form by hand (L = 3)
   init::generator g(10);  // input gates spread out, so the row maxima differ from the diagonal
   w.mlstm_cell_igate_weight = init::normal<double>(g, 4, 192, 0.3);
   const auto u = sample_input<double>(3, 32, 11);
-  const auto s = mlstm_project(w, u);
-  const auto A = mlstm_cell_attention(s, w.config);
+  const auto s = activations(w, u);
+  const auto A = mlstm_cell_attention(s);
   const Index DH = 16;
   for (Index c : {Index(0), Index(40)}) {
     const Index h = c / DH;
@@ -259,8 +259,8 @@ TEST_CASE("mLSTM cell matrix equals the parallel stabilised form by hand (L = 3)
       std::vector<double> logD(3, -1e300);
       for (Index j = 0; j <= t; ++j) {
         double F = 0;
-        for (Index r = j + 1; r <= t; ++r) F += s.log_fgate(r, h);
-        logD[std::size_t(j)] = F + s.igate(j, h);
+        for (Index r = j + 1; r <= t; ++r) F += nn::log_sigmoid(s.fgate_preact(r, h));
+        logD[std::size_t(j)] = F + s.igate_preact(j, h);
         mx = std::max(mx, logD[std::size_t(j)]);
       }
       for (Index j = 0; j <= t; ++j)

@@ -1,6 +1,9 @@
-// iattn/explain/colormap.hpp: the viridis colormap (perceptually uniform, colour-blind friendly).
+// iattn/explain/colormap.hpp: the colormaps of the heatmaps, each a function [0, 1] -> 8-bit RGB.
 //
-// 33 control points of matplotlib's viridis table (entries 0, 8, ..., 248 and 255 of its 256; the
+//   viridis(v)    sequential (perceptually uniform, colour-blind friendly), for |M| and log10 |M|
+//   diverging(v)  blue - white - red, white at v = 0.5, for signed maps on a symmetric range [-a, a]
+//
+// viridis: 33 control points of matplotlib's viridis table (entries 0, 8, ..., 248 and 255 of its 256; the
 // mpl-colormaps by Nathaniel J. Smith, Stefan van der Walt and Eric Firing, CC0) with linear
 // interpolation in between; every 8-bit colour is within 1 of matplotlib's.
 #pragma once
@@ -44,6 +47,39 @@ inline rgb viridis(double v) {
   const double f = (p - s[i].pos) / (s[i + 1].pos - s[i].pos);
   return {detail::to_byte(s[i].r + f * (s[i + 1].r - s[i].r)), detail::to_byte(s[i].g + f * (s[i + 1].g - s[i].g)),
           detail::to_byte(s[i].b + f * (s[i + 1].b - s[i].b))};
+}
+
+namespace detail {
+/// Our blue-white-red table: nine anchors at v = k/8, linear interpolation in between. The blue half
+/// is the red half with red and blue swapped (anchor 8 - k is anchor k reversed), so equal distances
+/// from 0.5 give mirrored colours of equal channel sum; the lightness falls monotonically from the
+/// near-white centre (247) to dark navy and dark red ends.
+inline constexpr std::uint8_t diverging_stops[9][3] = {
+    {30, 10, 120},    // 0/8: dark navy (most negative)
+    {50, 50, 182},    // 1/8
+    {95, 120, 222},   // 2/8
+    {160, 190, 244},  // 3/8
+    {247, 247, 247},  // 4/8: zero, off-white so that it stays visible on a white page
+    {244, 190, 160},  // 5/8
+    {222, 120, 95},   // 6/8
+    {182, 50, 50},    // 7/8
+    {120, 10, 30},    // 8/8: dark red (most positive)
+};
+}  // namespace detail
+
+/// The blue-white-red colour of v in [0, 1] (clamped; NaN maps to 0.5, the white centre). A signed
+/// value m on [-a, a] is drawn at v = 0.5 + m / (2a).
+inline rgb diverging(double v) {
+  if (!(v == v)) v = 0.5;
+  v = std::clamp(v, 0.0, 1.0);
+  const double p = v * 8.0;
+  const std::size_t i = std::min<std::size_t>(static_cast<std::size_t>(p), 7);
+  const double f = p - double(i);
+  const auto& a = detail::diverging_stops[i];
+  const auto& b = detail::diverging_stops[i + 1];
+  rgb out{};
+  for (int k = 0; k < 3; ++k) out[std::size_t(k)] = detail::to_byte((a[k] + f * (double(b[k]) - double(a[k]))) / 255.0);
+  return out;
 }
 
 }  // namespace iattn::explain

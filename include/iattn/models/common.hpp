@@ -22,7 +22,9 @@ namespace iattn::models {
 /// The exact decomposition of one block on one sequence: `output() == out_proj(apply(H, x) + beta)`
 /// equals the block's own forward. x is the inner input (L, D), H acts on the D inner channels,
 /// beta (L, D) collects every input-independent term (biases, centring), and the output projection
-/// is a PyTorch Linear: weight (d_model, D), bias (1, d_model) or empty.
+/// is a PyTorch Linear: weight (d_model, D), bias (1, d_model) or empty. An empty weight means no
+/// projection (a decomposition built from activations without the layer's out_proj): output() is
+/// then the inner output H x + beta.
 template <Scalar T, class Op>
 struct decomposition {
   using scalar_type = T;
@@ -34,6 +36,7 @@ struct decomposition {
 
   /// Y W^T + b: the output projection of an inner sequence Y (L, D).
   Matrix<T> project(const Matrix<T>& Y) const {
+    if (out_weight.size() == 0) return Y;
     Matrix<T> out = Y * out_weight.transpose();
     if (out_bias.size() != 0) out.rowwise() += out_bias.row(0);
     return out;
@@ -52,6 +55,15 @@ decomposition<T, Op> make_decomposition(Matrix<T> x, Op H, Matrix<T> beta, Matri
 template <class M>
 void check_field(const char* model, const char* field, const M& m, Index rows, Index cols, const std::string& expected) {
   detail::require_shape(m.rows() == rows && m.cols() == cols, model, field, m.rows(), m.cols(), expected);
+}
+
+/// A PyTorch depthwise Conv1d weight (D, 1, K), flattened to (D, K) as the weights structs keep it,
+/// in `causal_conv`'s tap layout (K, D): taps(k, c) = w(c, k). Throws unless w is (D, K) with K >= 1.
+template <class M>
+Matrix<typename M::Scalar> depthwise_taps(const M& w) {
+  detail::require_shape(w.cols() >= 1, "depthwise_taps", "w", w.rows(), w.cols(),
+                        "(D, K): PyTorch's depthwise Conv1d weight (D, 1, K) without the singleton");
+  return w.transpose();
 }
 
 /// HGRN's forget-gate lower bound (1, width): optional (empty means 0), each value in [0, 1).
@@ -133,9 +145,11 @@ Matrix<T> causal_conv1d(const Matrix<T>& X, const Matrix<T>& w, const Matrix<T>&
 /// head h with keys (L, H*dk) and values (L, H*dv), g the log-decay (L, H*dk):
 ///   S_t = diag(exp g_t) S_{t-1} + k_t v_t^T,   o_t = q_t^T S_t                  (no bonus)
 ///   o_t = q_t^T (S_{t-1} + diag(bonus_h) k_t v_t^T), then S_t as above           (RWKV-6, bonus (H, dk))
+/// final_state, when given, receives S after the last token, (H*dk, dv): head h's (dk, dv) block in
+/// rows h*dk.. (fla's final_state (H, dk, dv) flattened).
 template <class T>
 Matrix<T> gated_state_scan(const Matrix<T>& q, const Matrix<T>& k, const Matrix<T>& v, const Matrix<T>& g,
-                           Index heads, const Matrix<T>& bonus = {}) {
+                           Index heads, const Matrix<T>& bonus = {}, Matrix<T>* final_state = nullptr) {
   const Index L = q.rows(), dk = q.cols() / heads, dv = v.cols() / heads;
   Matrix<T> o(L, v.cols());
   for (Index h = 0; h < heads; ++h) {
@@ -161,6 +175,10 @@ Matrix<T> gated_state_scan(const Matrix<T>& q, const Matrix<T>& k, const Matrix<
           for (Index j = 0; j < dv; ++j) S(i, j) = decay * S(i, j) + key * v(t, h * dv + j);
         }
       }
+    }
+    if (final_state) {
+      if (h == 0) final_state->resize(heads * dk, dv);
+      final_state->middleRows(h * dk, dk) = S;
     }
   }
   return o;

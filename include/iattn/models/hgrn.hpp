@@ -12,10 +12,15 @@
 // since SiLU(i) = sigmoid(i) i; N is the RMSNorm (one group, weight) bound to its actual input.
 // paper_attention is Zimerman et al.'s eq. 29, G alpha_r G_act = diag(SiLU g) LinearRecurrence(f, 1 - f)
 // diag(sigmoid i): the output norm dropped.
+//
+// From activations (docs/models.md): hgrn_activations holds i, f (the log forget gate), g, the norm
+// and (optionally) o_proj; attention(acts) is the decomposition, hgrn_paper_attention(acts) eq. 29,
+// final_state(acts) fla's recurrent_state h (1, I).
 #pragma once
 
 #include "../iattn.hpp"
 #include "common.hpp"
+#include "recurrent_state.hpp"
 
 #include <cstdint>
 #include <string>
@@ -74,44 +79,79 @@ hgrn_weights<T> hgrn_init(const hgrn_config& c, std::uint64_t seed = 0) {
   return w;
 }
 
+/// One forward pass's activations, named as fla's `HGRNAttention.forward` names them. Built by
+/// `activations(w, u)` or by hand; `attention(acts)` needs nothing else.
 template <Scalar T>
 struct hgrn_activations {
-  Matrix<T> i, g, log_f;  // (L, I): i and g before their activations, log of the forget gate
+  Matrix<T> i;              ///< (L, I)  i_proj(u), before swiglu: the inner input
+  Matrix<T> f;              ///< (L, I)  the log forget gate log(lb + (1 - lb) sigmoid(f_proj u)) <= 0 (fla's f at the scan)
+  Matrix<T> g;              ///< (L, I)  g_proj(u): the norm's swish gate, before SiLU
+  Matrix<T> g_norm_weight;  ///< (1, I)
+  Matrix<T> o_proj_weight;  ///< (hidden, I) or empty (the decomposition stops before o_proj)
+  double norm_eps = 1e-5;   ///< g_norm's eps
+
+  Index length() const { return i.rows(); }
+  Index input_dim() const { return i.cols(); }
+
+  /// Throws std::invalid_argument naming the first field whose shape disagrees (L, I from i).
+  void check() const {
+    using std::to_string;
+    const char* m = "hgrn_activations";
+    const Index L = i.rows(), I = i.cols();
+    const std::string LI = "(L=" + to_string(L) + ", input_dim=" + to_string(I) + ")";
+    check_field(m, "f", f, L, I, LI);
+    check_field(m, "g", g, L, I, LI);
+    check_field(m, "g_norm_weight", g_norm_weight, 1, I, "(1, input_dim=" + to_string(I) + ")");
+    if (o_proj_weight.size() != 0)
+      detail::require_shape(o_proj_weight.cols() == I, m, "o_proj_weight", o_proj_weight.rows(), o_proj_weight.cols(),
+                            "(hidden_size, input_dim=" + to_string(I) + ") or empty");
+    if ((f.array() > T(0)).any()) detail::fail(m, "f (the log forget gate) must be <= 0");
+  }
 };
 
+/// The activations of one forward pass on u (L, hidden_size), o_proj included.
 template <Scalar T>
-hgrn_activations<T> hgrn_project(const hgrn_weights<T>& w, const Matrix<T>& u) {
+hgrn_activations<T> activations(const hgrn_weights<T>& w, const Matrix<T>& u) {
   w.check();
   const auto& c = w.config;
   detail::require_shape(u.cols() == c.hidden_size, "hgrn", "u", u.rows(), u.cols(), "(L, hidden_size=" + std::to_string(c.hidden_size) + ")");
   hgrn_activations<T> s;
   s.i = nn::linear<T>(u, w.i_proj_weight);
   s.g = nn::linear<T>(u, w.g_proj_weight);
-  s.log_f = nn::linear<T>(u, w.f_proj_weight);
-  for (Index t = 0; t < s.log_f.rows(); ++t)
-    for (Index j = 0; j < s.log_f.cols(); ++j)
-      s.log_f(t, j) = nn::log_bounded_sigmoid(s.log_f(t, j), w.lower_bound.size() ? w.lower_bound(0, j) : T(0));
+  s.f = nn::linear<T>(u, w.f_proj_weight);
+  for (Index t = 0; t < s.f.rows(); ++t)
+    for (Index j = 0; j < s.f.cols(); ++j)
+      s.f(t, j) = nn::log_bounded_sigmoid(s.f(t, j), w.lower_bound.size() ? w.lower_bound(0, j) : T(0));
+  s.g_norm_weight = w.g_norm_weight;
+  s.o_proj_weight = w.o_proj_weight;
+  s.norm_eps = c.norm_eps;
   return s;
 }
 
-/// The block's forward (the oracle).
+/// The block's forward (the oracle). final_state, when given, receives h after the last token (1, I).
 template <Scalar T>
-Matrix<T> hgrn_forward(const hgrn_weights<T>& w, const Matrix<T>& u) {
-  const auto s = hgrn_project(w, u);
-  const Index L = u.rows(), I = w.config.input_dim();
-  Matrix<T> h(L, I);
+Matrix<T> hgrn_forward(const hgrn_weights<T>& w, const Matrix<T>& u, Matrix<T>* final_state = nullptr) {
+  w.check();
+  const auto& c = w.config;
+  detail::require_shape(u.cols() == c.hidden_size, "hgrn", "u", u.rows(), u.cols(), "(L, hidden_size=" + std::to_string(c.hidden_size) + ")");
+  const Index L = u.rows(), I = c.input_dim();
+  const Matrix<T> i = nn::linear<T>(u, w.i_proj_weight), fp = nn::linear<T>(u, w.f_proj_weight), g = nn::linear<T>(u, w.g_proj_weight);
+  Matrix<T> h(L, I), last = Matrix<T>::Zero(1, I);
   for (Index j = 0; j < I; ++j) {
+    const T lb = w.lower_bound.size() ? w.lower_bound(0, j) : T(0);
     T state = 0;
     for (Index t = 0; t < L; ++t) {
-      const T f = std::exp(s.log_f(t, j));
-      state = f * state + nn::silu(s.i(t, j)) * -std::expm1(s.log_f(t, j));
+      const T log_f = nn::log_bounded_sigmoid(fp(t, j), lb);
+      state = std::exp(log_f) * state + nn::silu(i(t, j)) * -std::expm1(log_f);
       h(t, j) = state;
     }
+    last(0, j) = state;
   }
   for (Index t = 0; t < L; ++t) {
-    const T inv = T(1) / std::sqrt(h.row(t).squaredNorm() / T(I) + T(w.config.norm_eps));
-    for (Index j = 0; j < I; ++j) h(t, j) *= inv * w.g_norm_weight(0, j) * nn::silu(s.g(t, j));
+    const T inv = T(1) / std::sqrt(h.row(t).squaredNorm() / T(I) + T(c.norm_eps));
+    for (Index j = 0; j < I; ++j) h(t, j) *= inv * w.g_norm_weight(0, j) * nn::silu(g(t, j));
   }
+  if (final_state) *final_state = last;
   return nn::linear<T>(h, w.o_proj_weight);
 }
 
@@ -119,31 +159,56 @@ namespace hgrn_detail {
 /// LinearRecurrence(f, (1 - f) sigmoid(i)) or, without the activation, LinearRecurrence(f, 1 - f).
 template <class T>
 auto recurrence(const hgrn_activations<T>& s, bool with_activation) {
-  Matrix<T> a = s.log_f.array().exp().matrix(), b(s.i.rows(), s.i.cols());
+  Matrix<T> a = s.f.array().exp().matrix(), b(s.i.rows(), s.i.cols());
   for (Index k = 0; k < b.size(); ++k)
-    b.data()[k] = -std::expm1(s.log_f.data()[k]) * (with_activation ? nn::sigmoid(s.i.data()[k]) : T(1));
+    b.data()[k] = -std::expm1(s.f.data()[k]) * (with_activation ? nn::sigmoid(s.i.data()[k]) : T(1));
   return linear_recurrence(std::move(a), std::move(b));
 }
+template <class T>
+Matrix<T> silu_g(const hgrn_activations<T>& s) { return nn::map<T>(s.g, [](T v) { return nn::silu(v); }); }
 }  // namespace hgrn_detail
+
+/// The exact decomposition from activations; o_proj_weight empty gives the normed, gated inner output.
+template <Scalar T>
+auto attention(const hgrn_activations<T>& s) {
+  s.check();
+  const Index L = s.length(), I = s.input_dim();
+  auto R = hgrn_detail::recurrence(s, true);
+  const Matrix<T> h = apply(R, s.i);
+  const auto n = group_norm(1, s.g_norm_weight, {.eps = s.norm_eps});
+  auto H = diagonal(hgrn_detail::silu_g(s)) * n.bound_to(n.compute(h.data(), L, I)) * std::move(R);
+  return make_decomposition<T>(s.i, std::move(H), Matrix<T>(Matrix<T>::Zero(L, I)), s.o_proj_weight);
+}
 
 /// The exact decomposition: hgrn_forward(w, u) == d.output(), x = i_proj(u).
 template <Scalar T>
-auto hgrn_decompose(const hgrn_weights<T>& w, const Matrix<T>& u) {
-  const auto s = hgrn_project(w, u);
-  const Index L = u.rows(), I = w.config.input_dim();
-  auto R = hgrn_detail::recurrence(s, true);
-  const Matrix<T> h = apply(R, s.i);
-  const auto n = group_norm(1, Matrix<T>(w.g_norm_weight), {.eps = w.config.norm_eps});
-  auto H = diagonal(nn::map<T>(s.g, [](T v) { return nn::silu(v); })) * n.bound_to(n.compute(h.data(), L, I)) * std::move(R);
-  return make_decomposition<T>(s.i, std::move(H), Matrix<T>(Matrix<T>::Zero(L, I)), w.o_proj_weight);
-}
+auto decompose(const hgrn_weights<T>& w, const Matrix<T>& u) { return attention(activations(w, u)); }
+
+/// The exact decomposition (the named form of decompose).
+template <Scalar T>
+auto hgrn_decompose(const hgrn_weights<T>& w, const Matrix<T>& u) { return decompose(w, u); }
 
 /// Zimerman et al.'s eq. 29: diag(SiLU g) LinearRecurrence(f, 1 - f) diag(sigmoid i), the norm dropped.
 template <Scalar T>
-auto hgrn_paper_attention(const hgrn_weights<T>& w, const Matrix<T>& u) {
-  const auto s = hgrn_project(w, u);
-  return diagonal(nn::map<T>(s.g, [](T v) { return nn::silu(v); })) * hgrn_detail::recurrence(s, false) *
+auto hgrn_paper_attention(const hgrn_activations<T>& s) {
+  s.check();
+  return diagonal(hgrn_detail::silu_g(s)) * hgrn_detail::recurrence(s, false) *
          diagonal(nn::map<T>(s.i, [](T v) { return nn::sigmoid(v); }));
+}
+template <Scalar T>
+auto hgrn_paper_attention(const hgrn_weights<T>& w, const Matrix<T>& u) { return hgrn_paper_attention(activations(w, u)); }
+
+/// The state after the last token, fla's recurrent_state (1, I):
+///   h[j] = sum_s exp(sum_{k>s} f_k[j]) (1 - exp f_s[j]) SiLU(i_s[j]), in log space (recurrent_state.hpp).
+template <Scalar T>
+Matrix<T> final_state(const hgrn_activations<T>& s) {
+  s.check();
+  const Index L = s.length(), I = s.input_dim();
+  Matrix<T> h(1, I);
+  for (Index j = 0; j < I; ++j)
+    h(0, j) = decayed_sum<T>(
+        L, [&](Index k) { return s.f(k, j); }, [&](Index q) { return -std::expm1(s.f(q, j)) * nn::silu(s.i(q, j)); });
+  return h;
 }
 
 }  // namespace iattn::models

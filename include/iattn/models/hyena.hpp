@@ -11,6 +11,10 @@
 // Exact decomposition over the d channels, inner input x = in_proj's v part (before the short filter):
 //   H    = diag(x0) (CausalConv(h) + diag(filter_bias)) diag(x1) M_v,    M_v = the short filter on v
 //   beta = diag(x0) (CausalConv(h) + diag(filter_bias)) (x1 * short_filter_bias_v)
+//
+// From activations (docs/models.md): hyena_activations holds in_proj_v, x0, x1, the short filter, the
+// long filter k and its bias, and (optionally) out_proj; attention(acts) is the decomposition. A long
+// convolution has no finite recurrent state here: no final_state.
 #pragma once
 
 #include "../iattn.hpp"
@@ -85,13 +89,51 @@ hyena_weights<T> hyena_init(const hyena_config& c, std::uint64_t seed = 0) {
   return w;
 }
 
+/// One forward pass's activations, named after safari's `HyenaOperator.forward` (x[0], x[1], the
+/// filter k and its bias). Built by `activations(w, u)` or by hand; `attention(acts)` needs nothing
+/// else. A long convolution has no finite recurrent state here, so there is no final_state.
 template <Scalar T>
 struct hyena_activations {
-  Matrix<T> v_in, x0, x1, v;  // in_proj's v part (pre short filter); gates and v after it (L, d)
+  Matrix<T> in_proj_v;            ///< (L, d)  in_proj(u)'s v part, before short_filter: the inner input
+  Matrix<T> x0;                   ///< (L, d)  x[0] after short_filter: the output gate
+  Matrix<T> x1;                   ///< (L, d)  x[1] after short_filter: the gate before the long conv
+  Matrix<T> short_filter_weight;  ///< (d, order): short_filter.weight's v rows, or the whole (3d, order)
+  Matrix<T> short_filter_bias;    ///< (1, d) v part, or the whole (1, 3d), or empty (no bias)
+  Matrix<T> k;                    ///< (L' >= L, d)  filter_fn.filter(L')[0]: lag l in row l
+  Matrix<T> bias;                 ///< (1, d)  filter_fn.bias
+  Matrix<T> out_proj_weight;      ///< (d_model, d) or empty (the decomposition stops before out_proj)
+  Matrix<T> out_proj_bias;        ///< (1, d_model) or empty
+
+  Index length() const { return in_proj_v.rows(); }
+
+  /// Throws std::invalid_argument naming the first field whose shape disagrees (L, d from in_proj_v).
+  void check() const {
+    using std::to_string;
+    const char* m = "hyena_activations";
+    const Index L = in_proj_v.rows(), d = in_proj_v.cols();
+    const std::string Ld = "(L=" + to_string(L) + ", d=" + to_string(d) + ")", d1 = "(1, d=" + to_string(d) + ")";
+    check_field(m, "x0", x0, L, d, Ld);
+    check_field(m, "x1", x1, L, d, Ld);
+    detail::require_shape((short_filter_weight.rows() == d || short_filter_weight.rows() == 3 * d) && short_filter_weight.cols() >= 1, m,
+                          "short_filter_weight", short_filter_weight.rows(), short_filter_weight.cols(),
+                          "(d=" + to_string(d) + " or 3d=" + to_string(3 * d) + ", order)");
+    if (short_filter_bias.size() != 0)
+      detail::require_shape(short_filter_bias.rows() == 1 && (short_filter_bias.cols() == d || short_filter_bias.cols() == 3 * d), m,
+                            "short_filter_bias", short_filter_bias.rows(), short_filter_bias.cols(), d1 + ", (1, 3d) or empty");
+    detail::require_shape(k.cols() == d && k.rows() >= std::max<Index>(L, 1), m, "k", k.rows(), k.cols(), "(L' >= L=" + to_string(L) + ", d=" + to_string(d) + ")");
+    check_field(m, "bias", bias, 1, d, d1);
+    if (out_proj_weight.size() != 0) {
+      detail::require_shape(out_proj_weight.cols() == d, m, "out_proj_weight", out_proj_weight.rows(), out_proj_weight.cols(),
+                            "(d_model, d=" + to_string(d) + ") or empty");
+      if (out_proj_bias.size() != 0)
+        check_field(m, "out_proj_bias", out_proj_bias, 1, out_proj_weight.rows(), "(1, d_model=" + to_string(out_proj_weight.rows()) + ") or empty");
+    }
+  }
 };
 
+/// The activations of one forward pass on u (L, d_model), the whole short filter and out_proj included.
 template <Scalar T>
-hyena_activations<T> hyena_project(const hyena_weights<T>& w, const Matrix<T>& u) {
+hyena_activations<T> activations(const hyena_weights<T>& w, const Matrix<T>& u) {
   w.check();
   const auto& c = w.config;
   detail::require_shape(u.cols() == c.d_model, "hyena", "u", u.rows(), u.cols(), "(L, d_model=" + std::to_string(c.d_model) + ")");
@@ -100,42 +142,61 @@ hyena_activations<T> hyena_project(const hyena_weights<T>& w, const Matrix<T>& u
   const Matrix<T> z = nn::linear<T>(u, w.in_proj_weight, w.in_proj_bias);
   const Matrix<T> zc = nn::causal_conv1d<T>(z, w.short_filter_weight, w.short_filter_bias);
   hyena_activations<T> s;
-  s.v_in = z.rightCols(d);
+  s.in_proj_v = z.rightCols(d);
   s.x0 = zc.leftCols(d);
   s.x1 = zc.middleCols(d, d);
-  s.v = zc.rightCols(d);
+  s.short_filter_weight = w.short_filter_weight;
+  s.short_filter_bias = w.short_filter_bias;
+  s.k = w.filter.topRows(std::max<Index>(u.rows(), 1));
+  s.bias = w.filter_bias;
+  s.out_proj_weight = w.out_proj_weight;
+  s.out_proj_bias = w.out_proj_bias;
   return s;
 }
 
 /// The operator's forward (the oracle): the long convolution as a direct sum over lags.
 template <Scalar T>
 Matrix<T> hyena_forward(const hyena_weights<T>& w, const Matrix<T>& u) {
-  const auto s = hyena_project(w, u);
-  const Index L = u.rows(), d = w.config.d_model;
-  const Matrix<T> g = s.v.cwiseProduct(s.x1);
+  w.check();
+  const auto& c = w.config;
+  detail::require_shape(u.cols() == c.d_model, "hyena", "u", u.rows(), u.cols(), "(L, d_model=" + std::to_string(c.d_model) + ")");
+  detail::require_shape(u.rows() <= c.l_max, "hyena", "u", u.rows(), u.cols(), "(L <= l_max=" + std::to_string(c.l_max) + ", d_model)");
+  const Index L = u.rows(), d = c.d_model;
+  const Matrix<T> zc = nn::causal_conv1d<T>(nn::linear<T>(u, w.in_proj_weight, w.in_proj_bias), w.short_filter_weight, w.short_filter_bias);
+  const Matrix<T> g = zc.rightCols(d).cwiseProduct(zc.middleCols(d, d));
   Matrix<T> y(L, d);
   for (Index t = 0; t < L; ++t)
-    for (Index c = 0; c < d; ++c) {
-      T acc = w.filter_bias(0, c) * g(t, c);
-      for (Index l = 0; l <= t; ++l) acc += w.filter(l, c) * g(t - l, c);
-      y(t, c) = acc * s.x0(t, c);
+    for (Index ch = 0; ch < d; ++ch) {
+      T acc = w.filter_bias(0, ch) * g(t, ch);
+      for (Index l = 0; l <= t; ++l) acc += w.filter(l, ch) * g(t - l, ch);
+      y(t, ch) = acc * zc(t, ch);
     }
   return nn::linear<T>(y, w.out_proj_weight, w.out_proj_bias);
 }
 
+/// The exact decomposition from activations, x = in_proj_v; out_proj_weight empty gives y.
+template <Scalar T>
+auto attention(const hyena_activations<T>& s) {
+  s.check();
+  const Index L = s.length(), d = s.in_proj_v.cols();
+  // CausalConv tap L-1-l holds lag l
+  auto core = diagonal(s.x0) * (causal_conv(s.k.topRows(std::max<Index>(L, 1)).colwise().reverse()) + diagonal(s.bias)) * diagonal(s.x1);
+  Matrix<T> beta = Matrix<T>::Zero(L, d);
+  if (s.short_filter_bias.size() != 0) {
+    Matrix<T> bias_in = Matrix<T>::Ones(L, d);
+    bias_in.array().rowwise() *= s.short_filter_bias.row(0).tail(d).array();
+    beta = apply(core, bias_in);
+  }
+  auto M = causal_conv(depthwise_taps(s.short_filter_weight.bottomRows(d)));  // the v rows: the last d of (d or 3d)
+  return make_decomposition<T>(s.in_proj_v, std::move(core) * std::move(M), std::move(beta), s.out_proj_weight, s.out_proj_bias);
+}
+
 /// The exact decomposition: hyena_forward(w, u) == d.output(), x = in_proj's v part.
 template <Scalar T>
-auto hyena_decompose(const hyena_weights<T>& w, const Matrix<T>& u) {
-  const auto s = hyena_project(w, u);
-  const Index L = u.rows(), d = w.config.d_model;
-  // CausalConv tap L-1-l holds lag l; expressions, so the operators own their coefficients
-  auto core = diagonal(Matrix<T>(s.x0)) * (causal_conv(w.filter.topRows(std::max<Index>(L, 1)).colwise().reverse()) + diagonal(Matrix<T>(w.filter_bias))) *
-              diagonal(Matrix<T>(s.x1));
-  Matrix<T> bias_in = Matrix<T>::Ones(L, d);
-  bias_in.array().rowwise() *= w.short_filter_bias.row(0).tail(d).array();
-  Matrix<T> beta = apply(core, bias_in);
-  auto M = causal_conv(w.short_filter_weight.bottomRows(d).transpose());  // (order, d) taps, owned
-  return make_decomposition<T>(s.v_in, std::move(core) * std::move(M), std::move(beta), w.out_proj_weight, w.out_proj_bias);
-}
+auto decompose(const hyena_weights<T>& w, const Matrix<T>& u) { return attention(activations(w, u)); }
+
+/// The exact decomposition (the named form of decompose).
+template <Scalar T>
+auto hyena_decompose(const hyena_weights<T>& w, const Matrix<T>& u) { return decompose(w, u); }
 
 }  // namespace iattn::models

@@ -14,10 +14,15 @@
 // with N the GroupNorm bound to the statistics of its actual input (the sum of both terms), so the
 // norm is exactly diagonal. B and C come from the conv+SiLU branch and are frozen like dt and z.
 // paper_attention gives Zimerman et al.'s eq. 11: D skip and bias term dropped, N bound as above.
+//
+// From activations (docs/models.md): mamba2_activations holds x, z, dt, A, B, C, D, the x part of
+// the conv, the norm and (optionally) out_proj; attention(acts) is the decomposition,
+// mamba2_paper_attention(acts) eq. 11, final_state(acts) the ssm_state (nheads*headdim, d_state).
 #pragma once
 
 #include "../iattn.hpp"
 #include "common.hpp"
+#include "recurrent_state.hpp"
 
 #include <cstdint>
 #include <string>
@@ -94,13 +99,74 @@ mamba2_weights<T> mamba2_init(const mamba2_config& c, std::uint64_t seed = 0) {
   return w;
 }
 
+/// One forward pass's activations, named as mamba_ssm's `Mamba2.forward` / `mamba_chunk_scan_combined`
+/// name them; heads H = dt.cols(), headdim P = d_inner / H, d_state N = B.cols() / ngroups. Built by
+/// `activations(w, u)` or by hand; `attention(acts)` needs nothing else.
 template <Scalar T>
 struct mamba2_activations {
-  Matrix<T> x, z, p, a, B, C, dt, A;  // x, z, p, a (L, di); B, C (L, G*N); dt (L, H); A (1, H)
+  Matrix<T> x;                ///< (L, d_inner)        xBC's x part before conv1d: the inner input
+  Matrix<T> z;                ///< (L, d_inner)        the gate, before SiLU
+  Matrix<T> dt;               ///< (L, nheads)         softplus(dt + dt_bias), >= 0
+  Matrix<T> A;                ///< (1, nheads)         -exp(A_log), <= 0
+  Matrix<T> B;                ///< (L, ngroups*d_state) after conv1d and SiLU
+  Matrix<T> C;                ///< (L, ngroups*d_state) after conv1d and SiLU
+  Matrix<T> D;                ///< (1, nheads)
+  Matrix<T> conv1d_weight;    ///< (d_inner, d_conv) x rows of conv1d.weight, or the whole (conv_dim, d_conv)
+  Matrix<T> conv1d_bias;      ///< (1, d_inner) or the whole (1, conv_dim), or empty (no bias)
+  Matrix<T> norm_weight;      ///< (1, d_inner)        norm.weight
+  Matrix<T> out_proj_weight;  ///< (d_model, d_inner) or empty (the decomposition stops before out_proj)
+  Index ngroups = 1;          ///< G: B/C groups and the gated RMSNorm's groups
+  double eps = 1e-5;          ///< the RMSNorm's eps
+
+  Index length() const { return x.rows(); }
+  Index d_inner() const { return x.cols(); }
+  Index nheads() const { return dt.cols(); }
+  Index headdim() const { return nheads() > 0 ? d_inner() / nheads() : 0; }
+  Index d_state() const { return ngroups > 0 ? B.cols() / ngroups : 0; }
+
+  /// Throws std::invalid_argument naming the first field whose shape disagrees (L, d_inner from x).
+  void check() const {
+    using std::to_string;
+    const char* m = "mamba2_activations";
+    const Index L = x.rows(), di = x.cols(), H = dt.cols();
+    const std::string LD = "(L=" + to_string(L) + ", d_inner=" + to_string(di) + ")", D1 = "(1, d_inner=" + to_string(di) + ")";
+    check_field(m, "z", z, L, di, LD);
+    detail::require_shape(dt.rows() == L && H >= 1 && di % H == 0, m, "dt", dt.rows(), dt.cols(),
+                          "(L=" + to_string(L) + ", nheads) with nheads dividing d_inner=" + to_string(di));
+    if (ngroups < 1 || H % ngroups != 0) detail::fail(m, "ngroups " + to_string(ngroups) + " must divide nheads = " + to_string(H));
+    const std::string H1 = "(1, nheads=" + to_string(H) + ")";
+    check_field(m, "A", A, 1, H, H1);
+    detail::require_shape(B.rows() == L && B.cols() >= ngroups && B.cols() % ngroups == 0, m, "B", B.rows(), B.cols(),
+                          "(L=" + to_string(L) + ", ngroups*d_state) with ngroups=" + to_string(ngroups));
+    const Index GN = B.cols();
+    check_field(m, "C", C, L, GN, "(L=" + to_string(L) + ", ngroups*d_state=" + to_string(GN) + ")");
+    check_field(m, "D", D, 1, H, H1);
+    const Index cd = di + 2 * GN;
+    detail::require_shape((conv1d_weight.rows() == di || conv1d_weight.rows() == cd) && conv1d_weight.cols() >= 1, m, "conv1d_weight",
+                          conv1d_weight.rows(), conv1d_weight.cols(),
+                          "(d_inner=" + to_string(di) + " or conv_dim=" + to_string(cd) + ", d_conv)");
+    if (conv1d_bias.size() != 0)
+      detail::require_shape(conv1d_bias.rows() == 1 && (conv1d_bias.cols() == di || conv1d_bias.cols() == cd), m, "conv1d_bias",
+                            conv1d_bias.rows(), conv1d_bias.cols(), D1 + ", (1, conv_dim=" + to_string(cd) + ") or empty");
+    check_field(m, "norm_weight", norm_weight, 1, di, D1);
+    if (di % ngroups != 0) detail::fail(m, "ngroups " + to_string(ngroups) + " must divide d_inner = " + to_string(di));
+    if (out_proj_weight.size() != 0)
+      detail::require_shape(out_proj_weight.cols() == di, m, "out_proj_weight", out_proj_weight.rows(), out_proj_weight.cols(),
+                            "(d_model, d_inner=" + to_string(di) + ") or empty");
+    if ((A.array() > T(0)).any()) detail::fail(m, "A must be <= 0 (A = -exp(A_log))");
+    if ((dt.array() < T(0)).any()) detail::fail(m, "dt must be >= 0 (softplus output)");
+  }
+  /// p = conv1d(x) + conv1d_bias over the x channels (L, d_inner): a = SiLU(p) is the scan's input.
+  Matrix<T> conv_out() const {
+    const Index di = d_inner();
+    return nn::causal_conv1d<T>(x, Matrix<T>(conv1d_weight.topRows(di)),
+                                conv1d_bias.size() ? Matrix<T>(conv1d_bias.leftCols(di)) : Matrix<T>());
+  }
 };
 
+/// The activations of one forward pass on u (L, d_model), the whole conv weight and out_proj included.
 template <Scalar T>
-mamba2_activations<T> mamba2_project(const mamba2_weights<T>& w, const Matrix<T>& u) {
+mamba2_activations<T> activations(const mamba2_weights<T>& w, const Matrix<T>& u) {
   w.check();
   const auto& c = w.config;
   detail::require_shape(u.cols() == c.d_model, "mamba2", "u", u.rows(), u.cols(), "(L, d_model=" + std::to_string(c.d_model) + ")");
@@ -110,10 +176,7 @@ mamba2_activations<T> mamba2_project(const mamba2_weights<T>& w, const Matrix<T>
   s.z = zxbcdt.leftCols(di);
   const Matrix<T> xBC = zxbcdt.middleCols(di, c.conv_dim());
   s.x = xBC.leftCols(di);
-  const Matrix<T> pBC = nn::causal_conv1d<T>(xBC, w.conv1d_weight, w.conv1d_bias);
-  s.p = pBC.leftCols(di);
-  const Matrix<T> act = nn::map<T>(pBC, [](T v) { return nn::silu(v); });
-  s.a = act.leftCols(di);
+  const Matrix<T> act = nn::map<T>(nn::causal_conv1d<T>(xBC, w.conv1d_weight, w.conv1d_bias), [](T v) { return nn::silu(v); });
   s.B = act.middleCols(di, GN);
   s.C = act.rightCols(GN);
   s.dt.resize(u.rows(), H);
@@ -121,6 +184,13 @@ mamba2_activations<T> mamba2_project(const mamba2_weights<T>& w, const Matrix<T>
   for (Index t = 0; t < u.rows(); ++t)
     for (Index h = 0; h < H; ++h) s.dt(t, h) = nn::softplus(dt_in(t, h) + w.dt_bias(0, h));
   s.A = -w.A_log.array().exp().matrix();
+  s.D = w.D;
+  s.conv1d_weight = w.conv1d_weight;
+  s.conv1d_bias = w.conv1d_bias;
+  s.norm_weight = w.norm_weight;
+  s.out_proj_weight = w.out_proj_weight;
+  s.ngroups = c.ngroups;
+  s.eps = c.eps;
   return s;
 }
 
@@ -139,27 +209,34 @@ Matrix<T> mamba2_gated_norm(const mamba2_weights<T>& w, const Matrix<T>& v) {
   return out;
 }
 
-/// The block's plain recurrent forward (the oracle).
+/// The block's plain recurrent forward (the oracle). final_state, when given, receives the scan
+/// state after the last token (nheads*headdim, d_state), row h*headdim + p.
 template <Scalar T>
-Matrix<T> mamba2_forward(const mamba2_weights<T>& w, const Matrix<T>& u) {
-  const auto s = mamba2_project(w, u);
+Matrix<T> mamba2_forward(const mamba2_weights<T>& w, const Matrix<T>& u, Matrix<T>* final_state = nullptr) {
+  w.check();
   const auto& c = w.config;
-  const Index L = u.rows(), H = c.nheads(), P = c.headdim, N = c.d_state, di = c.d_inner();
+  detail::require_shape(u.cols() == c.d_model, "mamba2", "u", u.rows(), u.cols(), "(L, d_model=" + std::to_string(c.d_model) + ")");
+  const Index L = u.rows(), H = c.nheads(), P = c.headdim, N = c.d_state, di = c.d_inner(), GN = c.ngroups * N;
+  const Matrix<T> zxbcdt = nn::linear<T>(u, w.in_proj_weight);
+  const Matrix<T> act = nn::map<T>(nn::causal_conv1d<T>(Matrix<T>(zxbcdt.middleCols(di, c.conv_dim())), w.conv1d_weight, w.conv1d_bias),
+                                   [](T v) { return nn::silu(v); });
   Matrix<T> y(L, di), h = Matrix<T>::Zero(di, N);  // row h*P + p: head h's state row p
   for (Index t = 0; t < L; ++t)
     for (Index hd = 0; hd < H; ++hd) {
       const Index g = hd / (H / c.ngroups);
-      const T dA = std::exp(s.dt(t, hd) * s.A(0, hd));
+      const T dt = nn::softplus(zxbcdt(t, 2 * di + 2 * GN + hd) + w.dt_bias(0, hd));
+      const T dA = std::exp(-dt * std::exp(w.A_log(0, hd)));
       for (Index p = 0; p < P; ++p) {
         const Index ch = hd * P + p;
         T acc = 0;
         for (Index n = 0; n < N; ++n) {
-          h(ch, n) = dA * h(ch, n) + s.dt(t, hd) * s.a(t, ch) * s.B(t, g * N + n);
-          acc += h(ch, n) * s.C(t, g * N + n);
+          h(ch, n) = dA * h(ch, n) + dt * act(t, ch) * act(t, di + g * N + n);
+          acc += h(ch, n) * act(t, di + GN + g * N + n);
         }
-        y(t, ch) = (acc + w.D(0, hd) * s.a(t, ch)) * nn::silu(s.z(t, ch));
+        y(t, ch) = (acc + w.D(0, hd) * act(t, ch)) * nn::silu(zxbcdt(t, ch));
       }
     }
+  if (final_state) *final_state = h;
   return nn::linear<T>(mamba2_gated_norm(w, y), w.out_proj_weight);
 }
 
@@ -173,46 +250,74 @@ Matrix<T> per_channel(const Matrix<T>& m, Index P) {
   return out;
 }
 template <class T, bool WithD>
-auto core(const mamba2_weights<T>& w, const mamba2_activations<T>& s) {
-  const auto& c = w.config;
+auto core(const mamba2_activations<T>& s) {
+  const Index P = s.headdim();
   Matrix<T> lam = s.dt;
   lam.array().rowwise() *= s.A.row(0).array();
-  auto S = semiseparable(std::move(lam), Matrix<T>(s.B), Matrix<T>(s.C),
-                         {.heads = c.nheads(), .head_dim = c.headdim, .groups = c.ngroups});
+  auto S = semiseparable(std::move(lam), s.B, s.C, {.heads = s.nheads(), .head_dim = P, .groups = s.ngroups});
   auto gate = diagonal(nn::map<T>(s.z, [](T v) { return nn::silu(v); }));
-  if constexpr (WithD) return gate * (S * diagonal(per_channel(s.dt, c.headdim)) + diagonal(per_channel(w.D, c.headdim)));
-  else return gate * S * diagonal(per_channel(s.dt, c.headdim));
+  if constexpr (WithD) return gate * (S * diagonal(per_channel(s.dt, P)) + diagonal(per_channel(s.D, P)));
+  else return gate * S * diagonal(per_channel(s.dt, P));
 }
 template <class T, bool WithD>
-auto decompose(const mamba2_weights<T>& w, const Matrix<T>& u) {
-  const auto s = mamba2_project(w, u);
-  const auto& c = w.config;
-  const Index di = c.d_inner();
-  auto pre = core<T, WithD>(w, s);
-  const Matrix<T> sig = nn::map<T>(s.p, [](T v) { return nn::sigmoid(v); });
-  auto body = pre * diagonal(Matrix<T>(sig)) * causal_conv(Matrix<T>(w.conv1d_weight.topRows(di).transpose()));
-  Matrix<T> bias_in = sig;
-  bias_in.array().rowwise() *= w.conv1d_bias.row(0).head(di).array();
-  Matrix<T> beta_pre = WithD ? Matrix<T>(apply(pre, bias_in)) : Matrix<T>::Zero(u.rows(), di);
+auto decompose(const mamba2_activations<T>& s) {
+  s.check();
+  const Index di = s.d_inner(), L = s.length();
+  auto pre = core<T, WithD>(s);
+  const Matrix<T> sig = nn::map<T>(s.conv_out(), [](T v) { return nn::sigmoid(v); });
+  auto body = pre * diagonal(sig) * causal_conv(depthwise_taps(s.conv1d_weight.topRows(di)));
+  Matrix<T> beta_pre = Matrix<T>::Zero(L, di);
+  if (WithD && s.conv1d_bias.size() != 0) {
+    Matrix<T> bias_in = sig;
+    bias_in.array().rowwise() *= s.conv1d_bias.row(0).head(di).array();
+    beta_pre = apply(pre, bias_in);
+  }
   const Matrix<T> v = apply(body, s.x) + beta_pre;  // the norm's actual input
-  auto norm = group_norm(c.ngroups, Matrix<T>(w.norm_weight), {.eps = c.eps});
+  auto norm = group_norm(s.ngroups, s.norm_weight, {.eps = s.eps});
   norm = norm.bound_to(norm.compute(v.data(), v.rows(), v.cols()));
   Matrix<T> beta = apply(norm, beta_pre);
-  return make_decomposition<T>(s.x, norm * body, std::move(beta), w.out_proj_weight);
+  return make_decomposition<T>(s.x, norm * body, std::move(beta), s.out_proj_weight);
 }
 }  // namespace mamba2_detail
 
+/// The exact decomposition from activations; out_proj_weight empty gives the normed inner output.
+template <Scalar T>
+auto attention(const mamba2_activations<T>& a) { return mamba2_detail::decompose<T, true>(a); }
+
 /// The exact decomposition: mamba2_forward(w, u) == d.output().
 template <Scalar T>
-auto mamba2_decompose(const mamba2_weights<T>& w, const Matrix<T>& u) {
-  return mamba2_detail::decompose<T, true>(w, u);
-}
+auto decompose(const mamba2_weights<T>& w, const Matrix<T>& u) { return attention(activations(w, u)); }
+
+/// The exact decomposition (the named form of decompose).
+template <Scalar T>
+auto mamba2_decompose(const mamba2_weights<T>& w, const Matrix<T>& u) { return decompose(w, u); }
 
 /// Zimerman et al.'s eq. 11: N diag(SiLU z) S diag(dt) diag(sigmoid p) M, with the D skip and the
 /// conv-bias term dropped (beta = 0) and N bound to the statistics of that simplified signal.
 template <Scalar T>
-auto mamba2_paper_attention(const mamba2_weights<T>& w, const Matrix<T>& u) {
-  return mamba2_detail::decompose<T, false>(w, u).H;
+auto mamba2_paper_attention(const mamba2_activations<T>& a) { return mamba2_detail::decompose<T, false>(a).H; }
+template <Scalar T>
+auto mamba2_paper_attention(const mamba2_weights<T>& w, const Matrix<T>& u) { return mamba2_paper_attention(activations(w, u)); }
+
+/// The scan state after the last token, mamba_ssm's ssm_state (nheads, headdim, d_state) flattened
+/// to (nheads*headdim, d_state), row h*headdim + p:
+///   h[hP+p, n] = sum_s exp(sum_{k>s} dt_k[h] A[h]) dt_s[h] a_s[hP+p] B_s[g(h), n],  a = SiLU(p),
+/// in log space (recurrent_state.hpp). The D skip is not part of the state.
+template <Scalar T>
+Matrix<T> final_state(const mamba2_activations<T>& a) {
+  a.check();
+  const Matrix<T> act = nn::map<T>(a.conv_out(), [](T v) { return nn::silu(v); });
+  const Index L = a.length(), H = a.nheads(), P = a.headdim(), N = a.d_state();
+  Matrix<T> h(a.d_inner(), N);
+  for (Index hd = 0; hd < H; ++hd) {
+    const Index g = hd / (H / a.ngroups);
+    for (Index p = 0; p < P; ++p)
+      for (Index n = 0; n < N; ++n)
+        h(hd * P + p, n) = decayed_sum<T>(
+            L, [&](Index k) { return a.dt(k, hd) * a.A(0, hd); },
+            [&](Index s) { return a.dt(s, hd) * act(s, hd * P + p) * a.B(s, g * N + n); });
+  }
+  return h;
 }
 
 }  // namespace iattn::models

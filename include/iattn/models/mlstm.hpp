@@ -20,6 +20,11 @@
 // v mixes the channels of xm in blocks, so the per-channel operator acts on v; the skip branch reads
 // a = SiLU(conv(xm)) and is carried exactly in beta. In float, input gates more than ~87 below their
 // head's maximum underflow (as RWKV-4's keys do).
+//
+// From activations (docs/models.md): mlstm_activations holds z, x_mlstm_conv_act, q, k, v, the gate
+// pre-activations and the norm/skip parameters (and optionally proj_down_weight); attention(acts) is
+// the decomposition, decompose(w, u) == attention(activations(w, u)), final_state(acts) the cell's
+// (c_state, n_state, m_state).
 #pragma once
 
 #include "../iattn.hpp"
@@ -28,6 +33,7 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <vector>
 
 namespace iattn::models {
 
@@ -123,10 +129,56 @@ mlstm_weights<T> mlstm_init(const mlstm_config& c, std::uint64_t seed = 0) {
   return w;
 }
 
+/// One forward pass's activations, named as NX-AI's `mLSTMLayer.forward` / `mLSTMCell.forward` name
+/// them, plus the layer parameters the decomposition reads: everything `attention(acts)` needs. The
+/// cell heads NH come from igate_preact (L, NH); DH = I / NH. Built by `activations(w, u)` or by hand.
 template <Scalar T>
 struct mlstm_activations {
-  Matrix<T> z, a, q, k, v;    // (L, I): z before SiLU, a = SiLU(conv), q, k (unscaled), v
-  Matrix<T> igate, log_fgate;  // (L, NH): i~ and logsigmoid(f~)
+  Matrix<T> z;                          ///< (L, I)    proj_up's z half: the output gate before SiLU
+  Matrix<T> x_mlstm_conv_act;           ///< (L, I)    SiLU(conv1d(x_mlstm)): the skip branch's input
+  Matrix<T> q;                          ///< (L, I)    q_proj(x_mlstm_conv_act): the cell's C
+  Matrix<T> k;                          ///< (L, I)    k_proj(x_mlstm_conv_act), unscaled (the cell divides by sqrt(DH))
+  Matrix<T> v;                          ///< (L, I)    v_proj(x_mlstm): the inner input x
+  Matrix<T> igate_preact;               ///< (L, NH)   input gate pre-activation i~
+  Matrix<T> fgate_preact;               ///< (L, NH)   forget gate pre-activation f~ (the decay is logsigmoid(f~))
+  Matrix<T> mlstm_cell_outnorm_weight;  ///< (1, I) or empty (0): the norm uses 1 + weight
+  Matrix<T> learnable_skip;             ///< (1, I) or empty (no skip)
+  Matrix<T> proj_down_weight;           ///< (d, I) or empty (the decomposition stops before proj_down)
+  double norm_eps = 1e-5;               ///< the cell's MultiHeadLayerNorm eps
+  double cell_eps = 1e-6;               ///< the backend's eps
+
+  Index length() const { return v.rows(); }
+  Index heads() const { return igate_preact.cols(); }
+  Index head_dim() const { return v.cols() / heads(); }
+
+  /// Throws std::invalid_argument naming the first field whose shape disagrees (L, I from v; NH from igate_preact).
+  void check() const {
+    using std::to_string;
+    const char* m = "mlstm_activations";
+    const Index L = length(), I = v.cols(), NH = heads();
+    detail::require_shape(igate_preact.rows() == L && NH >= 1 && I >= 1 && I % NH == 0, m, "igate_preact", igate_preact.rows(), igate_preact.cols(),
+                          "(L=" + to_string(L) + ", NH) with NH >= 1 dividing I=" + to_string(I));
+    const std::string LI = "(L=" + to_string(L) + ", I=" + to_string(I) + ")", I1 = "(1, I=" + to_string(I) + ") or empty";
+    check_field(m, "fgate_preact", fgate_preact, L, NH, "(L=" + to_string(L) + ", NH=" + to_string(NH) + ")");
+    check_field(m, "z", z, L, I, LI);
+    check_field(m, "x_mlstm_conv_act", x_mlstm_conv_act, L, I, LI);
+    check_field(m, "q", q, L, I, LI);
+    check_field(m, "k", k, L, I, LI);
+    if (mlstm_cell_outnorm_weight.size() != 0) check_field(m, "mlstm_cell_outnorm_weight", mlstm_cell_outnorm_weight, 1, I, I1);
+    if (learnable_skip.size() != 0) check_field(m, "learnable_skip", learnable_skip, 1, I, I1);
+    if (proj_down_weight.size() != 0)
+      detail::require_shape(proj_down_weight.cols() == I, m, "proj_down_weight", proj_down_weight.rows(), proj_down_weight.cols(), "(d, I=" + to_string(I) + ") or empty");
+  }
+};
+
+/// The cell's stabilised state after the last token, as xLSTM's recurrent step keeps it (c_state,
+/// n_state, m_state), from m_{-1} = -inf (the parallel form's stabiliser): c_state e^m_state and
+/// n_state e^m_state are the unstabilised sums, independent of where the stabiliser started.
+template <Scalar T>
+struct mlstm_state {
+  Matrix<T> c_state;  ///< (NH*DH, DH): (NH, DH, DH) flattened, sum_s exp(log D[L-1, s] - m) k_s v_s^T / sqrt(DH)
+  Matrix<T> n_state;  ///< (NH, DH): (NH, DH, 1) flattened, sum_s exp(log D[L-1, s] - m) k_s / sqrt(DH)
+  Matrix<T> m_state;  ///< (1, NH): m = max_s log D[L-1, s] (-inf for L = 0)
 };
 
 namespace mlstm_detail {
@@ -144,8 +196,9 @@ Matrix<T> headwise(const Matrix<T>& X, const Matrix<T>& W) {
 }
 }  // namespace mlstm_detail
 
+/// The activations of one forward pass of the layer on u (L, embedding_dim), proj_down_weight included.
 template <Scalar T>
-mlstm_activations<T> mlstm_project(const mlstm_weights<T>& w, const Matrix<T>& u) {
+mlstm_activations<T> activations(const mlstm_weights<T>& w, const Matrix<T>& u) {
   w.check();
   const auto& c = w.config;
   detail::require_shape(u.cols() == c.embedding_dim, "mlstm", "u", u.rows(), u.cols(), "(L, embedding_dim=" + std::to_string(c.embedding_dim) + ")");
@@ -154,42 +207,59 @@ mlstm_activations<T> mlstm_project(const mlstm_weights<T>& w, const Matrix<T>& u
   const Matrix<T> xm = up.leftCols(I);
   mlstm_activations<T> s;
   s.z = up.rightCols(I);
-  s.a = nn::map<T>(nn::causal_conv1d<T>(xm, w.conv1d_conv_weight, w.conv1d_conv_bias), [](T v) { return nn::silu(v); });
-  s.q = mlstm_detail::headwise(s.a, w.q_proj_weight);
-  s.k = mlstm_detail::headwise(s.a, w.k_proj_weight);
+  s.x_mlstm_conv_act = nn::map<T>(nn::causal_conv1d<T>(xm, w.conv1d_conv_weight, w.conv1d_conv_bias), [](T v) { return nn::silu(v); });
+  s.q = mlstm_detail::headwise(s.x_mlstm_conv_act, w.q_proj_weight);
+  s.k = mlstm_detail::headwise(s.x_mlstm_conv_act, w.k_proj_weight);
   s.v = mlstm_detail::headwise(xm, w.v_proj_weight);
   Matrix<T> qkv(L, 3 * I);
   qkv << s.q, s.k, s.v;
-  s.igate = nn::linear<T>(qkv, w.mlstm_cell_igate_weight, w.mlstm_cell_igate_bias);
-  s.log_fgate = nn::map<T>(nn::linear<T>(qkv, w.mlstm_cell_fgate_weight, w.mlstm_cell_fgate_bias), [](T v) { return nn::log_sigmoid(v); });
+  s.igate_preact = nn::linear<T>(qkv, w.mlstm_cell_igate_weight, w.mlstm_cell_igate_bias);
+  s.fgate_preact = nn::linear<T>(qkv, w.mlstm_cell_fgate_weight, w.mlstm_cell_fgate_bias);
+  s.mlstm_cell_outnorm_weight = w.mlstm_cell_outnorm_weight;
+  s.learnable_skip = w.learnable_skip;
+  s.proj_down_weight = w.proj_down_weight;
+  s.norm_eps = c.norm_eps;
+  s.cell_eps = c.cell_eps;
   return s;
 }
+
+/// The cell's log forget gates logsigmoid(fgate_preact), (L, NH).
+template <Scalar T>
+Matrix<T> mlstm_log_fgate(const mlstm_activations<T>& s) { return nn::map<T>(s.fgate_preact, [](T v) { return nn::log_sigmoid(v); }); }
 
 /// The cell's stabiliser m_t = max_{s<=t} log D[t, s], per head (L, NH), by m_t = max(m_{t-1} + log f_t, i_t).
 template <Scalar T>
 Matrix<T> mlstm_stabiliser(const mlstm_activations<T>& s) {
-  Matrix<T> m(s.igate.rows(), s.igate.cols());
+  const Matrix<T> lf = mlstm_log_fgate(s);
+  Matrix<T> m(s.igate_preact.rows(), s.igate_preact.cols());
   for (Index h = 0; h < m.cols(); ++h) {
     T prev = -std::numeric_limits<T>::infinity();
-    for (Index t = 0; t < m.rows(); ++t) m(t, h) = prev = std::max(prev + s.log_fgate(t, h), s.igate(t, h));
+    for (Index t = 0; t < m.rows(); ++t) m(t, h) = prev = std::max(prev + lf(t, h), s.igate_preact(t, h));
   }
   return m;
 }
 
-/// The layer's forward (the oracle): the cell by its stabilised recurrence.
+/// The layer's forward (the oracle): the cell by its stabilised recurrence. final_state, when given,
+/// receives the cell's (c_state, n_state, m_state) after the last token.
 template <Scalar T>
-Matrix<T> mlstm_forward(const mlstm_weights<T>& w, const Matrix<T>& u) {
-  const auto s = mlstm_project(w, u);
+Matrix<T> mlstm_forward(const mlstm_weights<T>& w, const Matrix<T>& u, mlstm_state<T>* final_state = nullptr) {
+  const auto s = activations(w, u);
   const auto& c = w.config;
   const Index L = u.rows(), I = c.inner_dim(), NH = c.num_heads, DH = c.head_dim();
   const T inv_sqrt = T(1) / std::sqrt(T(DH));
   Matrix<T> h(L, I);
+  if (final_state) {
+    final_state->c_state.resize(NH * DH, DH);
+    final_state->n_state.resize(NH, DH);
+    final_state->m_state.resize(1, NH);
+  }
   for (Index hd = 0; hd < NH; ++hd) {
     Matrix<T> C = Matrix<T>::Zero(DH, DH), n = Matrix<T>::Zero(DH, 1);
     T m = -std::numeric_limits<T>::infinity();
     for (Index t = 0; t < L; ++t) {
-      const T m_new = std::max(s.log_fgate(t, hd) + m, s.igate(t, hd));
-      const T fg = std::exp(s.log_fgate(t, hd) + m - m_new), ig = std::exp(s.igate(t, hd) - m_new);
+      const T lf = nn::log_sigmoid(s.fgate_preact(t, hd));
+      const T m_new = std::max(lf + m, s.igate_preact(t, hd));
+      const T fg = std::exp(lf + m - m_new), ig = std::exp(s.igate_preact(t, hd) - m_new);
       for (Index i = 0; i < DH; ++i) {
         const T ki = s.k(t, hd * DH + i) * inv_sqrt;
         n(i, 0) = fg * n(i, 0) + ig * ki;
@@ -205,23 +275,29 @@ Matrix<T> mlstm_forward(const mlstm_weights<T>& w, const Matrix<T>& u) {
         h(t, hd * DH + j) = num / den;
       }
     }
+    if (final_state) {
+      final_state->c_state.middleRows(hd * DH, DH) = C;
+      final_state->n_state.row(hd) = n.transpose();
+      final_state->m_state(0, hd) = m;
+    }
   }
   const Matrix<T> norm_w = (w.mlstm_cell_outnorm_weight.array() + T(1)).matrix();
   nn::group_norm_rows<T>(h, NH, c.norm_eps, true, norm_w);
   for (Index t = 0; t < L; ++t)
-    for (Index j = 0; j < I; ++j) h(t, j) = (h(t, j) + w.learnable_skip(0, j) * s.a(t, j)) * nn::silu(s.z(t, j));
+    for (Index j = 0; j < I; ++j) h(t, j) = (h(t, j) + w.learnable_skip(0, j) * s.x_mlstm_conv_act(t, j)) * nn::silu(s.z(t, j));
   return nn::linear<T>(h, w.proj_down_weight);
 }
 
-/// The cell's normalised matrix diag(rho) S: h~ = apply(mlstm_cell_attention(...), v).
+/// The cell's normalised matrix diag(rho) S: h~ = apply(mlstm_cell_attention(acts), v).
 template <Scalar T>
-auto mlstm_cell_attention(const mlstm_activations<T>& s, const mlstm_config& c) {
-  const Index L = s.q.rows(), I = c.inner_dim(), NH = c.num_heads, DH = c.head_dim();
-  const Matrix<T> imax = L > 0 ? Matrix<T>(s.igate.colwise().maxCoeff()) : Matrix<T>(Matrix<T>::Zero(1, NH));
+auto mlstm_cell_attention(const mlstm_activations<T>& s) {
+  s.check();
+  const Index L = s.length(), I = s.v.cols(), NH = s.heads(), DH = s.head_dim();
+  const Matrix<T> imax = L > 0 ? Matrix<T>(s.igate_preact.colwise().maxCoeff()) : Matrix<T>(Matrix<T>::Zero(1, NH));
   Matrix<T> B(L, I);
   for (Index t = 0; t < L; ++t)
-    for (Index j = 0; j < I; ++j) B(t, j) = s.k(t, j) * std::exp(s.igate(t, j / DH) - imax(0, j / DH)) / std::sqrt(T(DH));
-  auto S = semiseparable(Matrix<T>(s.log_fgate), std::move(B), Matrix<T>(s.q), {.heads = NH, .head_dim = DH, .groups = NH});
+    for (Index j = 0; j < I; ++j) B(t, j) = s.k(t, j) * std::exp(s.igate_preact(t, j / DH) - imax(0, j / DH)) / std::sqrt(T(DH));
+  auto S = semiseparable(mlstm_log_fgate(s), std::move(B), s.q, {.heads = NH, .head_dim = DH, .groups = NH});
   const Matrix<T> r = apply(S, Matrix<T>(Matrix<T>::Ones(L, I)));
   const Matrix<T> m = mlstm_stabiliser(s);
   Matrix<T> rho(L, I);
@@ -229,27 +305,71 @@ auto mlstm_cell_attention(const mlstm_activations<T>& s, const mlstm_config& c) 
     for (Index j = 0; j < I; ++j) {
       const Index h = j / DH;
       const T e = std::exp(imax(0, h) - m(t, h));
-      rho(t, j) = e / (std::max(e * std::abs(r(t, j)), std::exp(-m(t, h))) + T(c.cell_eps));
+      rho(t, j) = e / (std::max(e * std::abs(r(t, j)), std::exp(-m(t, h))) + T(s.cell_eps));
     }
   return diagonal(std::move(rho)) * std::move(S);
+}
+/// The cell's matrix for the layer on u (L, embedding_dim): mlstm_cell_attention(activations(w, u)).
+template <Scalar T>
+auto mlstm_cell_attention(const mlstm_weights<T>& w, const Matrix<T>& u) { return mlstm_cell_attention(activations(w, u)); }
+
+/// The exact decomposition from activations (see the header comment); with proj_down_weight empty,
+/// output() is the inner output (Norm(h~) + skip * x_mlstm_conv_act) * SiLU(z).
+template <Scalar T>
+auto attention(const mlstm_activations<T>& s) {
+  s.check();
+  const Index L = s.length(), I = s.v.cols();
+  auto A = mlstm_cell_attention(s);
+  const Matrix<T> h = apply(A, s.v);
+  const Matrix<T> norm_w = s.mlstm_cell_outnorm_weight.size() ? Matrix<T>((s.mlstm_cell_outnorm_weight.array() + T(1)).matrix())
+                                                              : Matrix<T>(Matrix<T>::Ones(1, I));
+  const auto n = group_norm(s.heads(), norm_w, {.eps = s.norm_eps, .centered = true});
+  const auto nb = n.bound_to(n.compute(h.data(), L, I));
+  const Matrix<T> gate = nn::map<T>(s.z, [](T v) { return nn::silu(v); });
+  Matrix<T> shift = offset(nb);
+  if (s.learnable_skip.size() != 0)
+    for (Index t = 0; t < L; ++t)
+      for (Index j = 0; j < I; ++j) shift(t, j) += s.learnable_skip(0, j) * s.x_mlstm_conv_act(t, j);
+  Matrix<T> beta = gate.cwiseProduct(shift);
+  return make_decomposition<T>(s.v, diagonal(gate) * nb * std::move(A), std::move(beta), s.proj_down_weight);
 }
 
 /// The exact decomposition: mlstm_forward(w, u) == d.output(), x = v.
 template <Scalar T>
-auto mlstm_decompose(const mlstm_weights<T>& w, const Matrix<T>& u) {
-  const auto s = mlstm_project(w, u);
-  const auto& c = w.config;
-  const Index L = u.rows(), I = c.inner_dim();
-  auto A = mlstm_cell_attention(s, c);
-  const Matrix<T> h = apply(A, s.v);
-  const auto n = group_norm(c.num_heads, Matrix<T>((w.mlstm_cell_outnorm_weight.array() + T(1)).matrix()), {.eps = c.norm_eps, .centered = true});
-  const auto nb = n.bound_to(n.compute(h.data(), L, I));
-  const Matrix<T> gate = nn::map<T>(s.z, [](T v) { return nn::silu(v); });
-  Matrix<T> shift = offset(nb);
-  for (Index t = 0; t < L; ++t)
-    for (Index j = 0; j < I; ++j) shift(t, j) += w.learnable_skip(0, j) * s.a(t, j);
-  Matrix<T> beta = gate.cwiseProduct(shift);
-  return make_decomposition<T>(s.v, diagonal(Matrix<T>(gate)) * nb * std::move(A), std::move(beta), w.proj_down_weight);
+auto decompose(const mlstm_weights<T>& w, const Matrix<T>& u) { return attention(activations(w, u)); }
+
+/// The exact decomposition (the named form of decompose).
+template <Scalar T>
+auto mlstm_decompose(const mlstm_weights<T>& w, const Matrix<T>& u) { return decompose(w, u); }
+
+/// The cell's state after the last token (mlstm_state), in log space: log D[L-1, s] = sum_{r>s}
+/// logsigmoid(f~_r) + i~_s by suffix sums (<= 0 increments), m its maximum, weights exp(log D - m) <= 1.
+template <Scalar T>
+mlstm_state<T> final_state(const mlstm_activations<T>& s) {
+  s.check();
+  const Index L = s.length(), NH = s.heads(), DH = s.head_dim();
+  const Matrix<T> lf = mlstm_log_fgate(s);
+  const T inv_sqrt = T(1) / std::sqrt(T(DH));
+  mlstm_state<T> st{Matrix<T>::Zero(NH * DH, DH), Matrix<T>::Zero(NH, DH), Matrix<T>::Constant(1, NH, -std::numeric_limits<T>::infinity())};
+  std::vector<T> logD(static_cast<std::size_t>(L));
+  for (Index h = 0; h < NH; ++h) {
+    T F = 0, m = -std::numeric_limits<T>::infinity();
+    for (Index r = L - 1; r >= 0; --r) {  // F = sum_{k=r+1..L-1} logsigmoid(f~_k)
+      logD[std::size_t(r)] = F + s.igate_preact(r, h);
+      m = std::max(m, logD[std::size_t(r)]);
+      F += lf(r, h);
+    }
+    st.m_state(0, h) = m;
+    for (Index r = 0; r < L; ++r) {
+      const T e = std::exp(logD[std::size_t(r)] - m) * inv_sqrt;
+      for (Index i = 0; i < DH; ++i) {
+        const T ki = e * s.k(r, h * DH + i);
+        st.n_state(h, i) += ki;
+        for (Index j = 0; j < DH; ++j) st.c_state(h * DH + i, j) += ki * s.v(r, h * DH + j);
+      }
+    }
+  }
+  return st;
 }
 
 }  // namespace iattn::models

@@ -19,10 +19,16 @@
 // the per-head norm bound to its actual input. The rotation is inside B and C, so S stays real.
 // paper_attention is Zimerman et al.'s eq. 24, G R with every per-head statistic folded into the
 // one diagonal G; for the RMS norm it is the same matrix as H.
+//
+// From activations (docs/models.md): retnet_activations holds qr, kr, v, g and the per-head log-decays
+// (and optionally out_proj_weight); attention(acts) is the decomposition, decompose(w, u) ==
+// attention(activations(w, u)), retnet_paper_attention takes acts too, and final_state(acts) is
+// torchscale's recurrent incremental_state (prev_key_value, scale).
 #pragma once
 
 #include "../iattn.hpp"
 #include "common.hpp"
+#include "recurrent_state.hpp"
 
 #include <cstdint>
 #include <string>
@@ -83,13 +89,56 @@ retnet_weights<T> retnet_init(const retnet_config& c, std::uint64_t seed = 0) {
 /// log gamma_h = log(1 - 2^(-5-h)).
 inline double retnet_log_decay(Index h) { return std::log1p(-std::exp2(-5.0 - double(h))); }
 
+/// One forward pass's activations, named as torchscale's `MultiScaleRetention.forward` names them (qr,
+/// kr after `theta_shift`, k scaled by key_dim^-1/2 before it), plus the layer's per-head decays
+/// (`RetNetRelPos.decay`): everything `attention(acts)` needs. The heads H come from decay (1, H).
+/// Built by `activations(w, u)` or by hand.
 template <Scalar T>
 struct retnet_activations {
-  Matrix<T> qr, kr, v, g;  // (L, E) rotated and scaled; (L, V); (L, V) before SiLU
+  Matrix<T> qr;               ///< (L, E)   rotated queries: the retention's C
+  Matrix<T> kr;               ///< (L, E)   rotated, scaled keys: the retention's B
+  Matrix<T> v;                ///< (L, V)   values: the inner input x
+  Matrix<T> g;                ///< (L, V)   output gate before SiLU
+  Matrix<T> decay;            ///< (1, H)   log gamma_h <= 0 (torchscale: log(1 - 2^(-5-h)))
+  Matrix<T> out_proj_weight;  ///< (E_out, V) or empty (the decomposition stops before out_proj)
+  double layernorm_eps = 1e-6;  ///< the per-head norm's eps
+  bool centered = false;        ///< false: RMSNorm; true: LayerNorm (the older torchscale)
+
+  Index length() const { return v.rows(); }
+  Index heads() const { return decay.cols(); }
+  Index key_dim() const { return qr.cols() / heads(); }
+  Index head_dim() const { return v.cols() / heads(); }
+
+  /// Throws std::invalid_argument naming the first field whose shape disagrees (L, V from v; E from
+  /// qr; H from decay), or a decay that is positive or NaN.
+  void check() const {
+    using std::to_string;
+    const char* m = "retnet_activations";
+    detail::require_shape(decay.rows() == 1 && decay.cols() >= 1, m, "decay", decay.rows(), decay.cols(), "(1, num_heads) with num_heads >= 1");
+    const Index L = length(), H = heads(), E = qr.cols(), V = v.cols();
+    const std::string div = " divisible by num_heads=" + to_string(H);
+    detail::require_shape(V >= 1 && V % H == 0, m, "v", v.rows(), v.cols(), "(L, V) with V" + div);
+    detail::require_shape(qr.rows() == L && E >= 1 && E % H == 0, m, "qr", qr.rows(), qr.cols(), "(L=" + to_string(L) + ", E) with E" + div);
+    check_field(m, "kr", kr, L, E, "(L=" + to_string(L) + ", E=" + to_string(E) + ")");
+    check_field(m, "g", g, L, V, "(L=" + to_string(L) + ", V=" + to_string(V) + ")");
+    for (Index h = 0; h < H; ++h)
+      if (!(decay(0, h) <= T(0))) detail::fail(m, "decay[" + to_string(h) + "] is " + to_string(double(decay(0, h))) + " but must be <= 0 (log gamma)");
+    if (out_proj_weight.size() != 0)
+      detail::require_shape(out_proj_weight.cols() == V, m, "out_proj_weight", out_proj_weight.rows(), out_proj_weight.cols(), "(E, V=" + to_string(V) + ") or empty");
+  }
 };
 
+/// The retention's recurrent state after the last token, as torchscale's `recurrent_forward` keeps it
+/// in incremental_state: the value-major, scale-normalised key-value state and the decay-mask sum.
 template <Scalar T>
-retnet_activations<T> retnet_project(const retnet_weights<T>& w, const Matrix<T>& u) {
+struct retnet_state {
+  Matrix<T> prev_key_value;  ///< (H*P, dk): (H, P, dk) flattened, sum_s gamma_h^(L-1-s) v_s[p] kr_s[i] / sqrt(scale_h)
+  Matrix<T> scale;           ///< (1, H): sum_{j<L} gamma_h^j (0 for L = 0)
+};
+
+/// The activations of one forward pass of the layer on u (L, E), out_proj_weight included.
+template <Scalar T>
+retnet_activations<T> activations(const retnet_weights<T>& w, const Matrix<T>& u) {
   w.check();
   const auto& c = w.config;
   detail::require_shape(u.cols() == c.embed_dim, "retnet", "u", u.rows(), u.cols(), "(L, embed_dim=" + std::to_string(c.embed_dim) + ")");
@@ -114,17 +163,27 @@ retnet_activations<T> retnet_project(const retnet_weights<T>& w, const Matrix<T>
       }
     }
   }
+  s.decay.resize(1, H);
+  for (Index h = 0; h < H; ++h) s.decay(0, h) = T(retnet_log_decay(h));
+  s.out_proj_weight = w.out_proj_weight;
+  s.layernorm_eps = c.layernorm_eps;
+  s.centered = c.centered;
   return s;
 }
 
 /// The block's forward (the oracle): the parallel form's normalisations, evaluated by the recurrence
-/// S_t = gamma S_{t-1} + kr_t v_t^T, z_t = gamma z_t-1 + kr_t, m_t = gamma m_{t-1} + 1.
+/// S_t = gamma S_{t-1} + kr_t v_t^T, z_t = gamma z_t-1 + kr_t, m_t = gamma m_{t-1} + 1. final_state,
+/// when given, receives (S^T / sqrt(m), m) after the last token in torchscale's layout.
 template <Scalar T>
-Matrix<T> retnet_forward(const retnet_weights<T>& w, const Matrix<T>& u) {
-  const auto s = retnet_project(w, u);
+Matrix<T> retnet_forward(const retnet_weights<T>& w, const Matrix<T>& u, retnet_state<T>* final_state = nullptr) {
+  const auto s = activations(w, u);
   const auto& c = w.config;
   const Index L = u.rows(), H = c.num_heads, dk = c.key_dim(), P = c.head_dim();
   Matrix<T> y(L, c.value_dim);
+  if (final_state) {
+    final_state->prev_key_value.resize(H * P, dk);
+    final_state->scale.resize(1, H);
+  }
   for (Index h = 0; h < H; ++h) {
     const T gamma = T(1) - T(std::exp2(-5.0 - double(h)));
     Matrix<T> state = Matrix<T>::Zero(dk, P);
@@ -148,6 +207,10 @@ Matrix<T> retnet_forward(const retnet_weights<T>& w, const Matrix<T>& u) {
         y(t, h * P + p) = acc * scale;
       }
     }
+    if (final_state) {
+      final_state->scale(0, h) = m;
+      final_state->prev_key_value.middleRows(h * P, P) = m > T(0) ? Matrix<T>(state.transpose() / std::sqrt(m)) : Matrix<T>(state.transpose());
+    }
   }
   nn::group_norm_rows<T>(y, H, c.layernorm_eps, c.centered);  // the per-head norm
   for (Index t = 0; t < L; ++t)
@@ -156,64 +219,99 @@ Matrix<T> retnet_forward(const retnet_weights<T>& w, const Matrix<T>& u) {
 }
 
 namespace retnet_detail {
+/// sum_{j<n} gamma^j for log gamma = lg <= 0: n for lg = 0, else expm1(n lg) / expm1(lg).
+inline double mask_sum(Index n, double lg) { return lg == 0 ? double(n) : std::expm1(double(n) * lg) / std::expm1(lg); }
 /// The raw retention matrix sum_m qr_t[m] kr_s[m] gamma_h^(t-s) per head (no normalisation).
 template <class T>
-auto retention(const retnet_activations<T>& s, const retnet_config& c, Index L) {
-  Matrix<T> lam(L, c.num_heads);
-  for (Index h = 0; h < c.num_heads; ++h) lam.col(h).setConstant(T(retnet_log_decay(h)));
-  return semiseparable(std::move(lam), Matrix<T>(s.kr), Matrix<T>(s.qr),
-                       {.heads = c.num_heads, .head_dim = c.head_dim(), .groups = c.num_heads});
+auto retention(const retnet_activations<T>& s) {
+  const Index L = s.length(), H = s.heads();
+  Matrix<T> lam(L, H);
+  for (Index h = 0; h < H; ++h) lam.col(h).setConstant(s.decay(0, h));
+  return semiseparable(std::move(lam), s.kr, s.qr, {.heads = H, .head_dim = s.head_dim(), .groups = H});
 }
 /// rho (L, V): 1 / (sqrt(m_t) max(|r_t / sqrt(m_t)|, 1)) per head, repeated over its P channels.
 template <class T, class S>
-Matrix<T> row_scales(const S& R, const retnet_config& c, Index L) {
-  const Matrix<T> r = apply(R, Matrix<T>(Matrix<T>::Ones(L, c.value_dim)));  // score row sums
-  Matrix<T> rho(L, c.value_dim);
-  for (Index h = 0; h < c.num_heads; ++h) {
-    const double lg = retnet_log_decay(h);
+Matrix<T> row_scales(const S& R, const retnet_activations<T>& s) {
+  const Index L = s.length(), V = s.v.cols(), P = s.head_dim();
+  const Matrix<T> r = apply(R, Matrix<T>(Matrix<T>::Ones(L, V)));  // score row sums
+  Matrix<T> rho(L, V);
+  for (Index h = 0; h < s.heads(); ++h) {
+    const double lg = double(s.decay(0, h));
     for (Index t = 0; t < L; ++t) {
-      const T sq = T(std::sqrt(std::expm1(double(t + 1) * lg) / std::expm1(lg)));  // sum_{j<=t} gamma^j
-      const T v = T(1) / (sq * std::max(std::abs(r(t, h * c.head_dim()) / sq), T(1)));
-      rho.row(t).segment(h * c.head_dim(), c.head_dim()).setConstant(v);
+      const T sq = T(std::sqrt(mask_sum(t + 1, lg)));  // sum_{j<=t} gamma^j
+      const T v = T(1) / (sq * std::max(std::abs(r(t, h * P) / sq), T(1)));
+      rho.row(t).segment(h * P, P).setConstant(v);
     }
   }
   return rho;
 }
 }  // namespace retnet_detail
 
-/// The exact decomposition: retnet_forward(w, u) == d.output(), x = v.
+/// The exact decomposition from activations (see the header comment); with out_proj_weight empty,
+/// output() is the inner output SiLU(g) * Norm(R v).
 template <Scalar T>
-auto retnet_decompose(const retnet_weights<T>& w, const Matrix<T>& u) {
+auto attention(const retnet_activations<T>& s) {
   using namespace retnet_detail;
-  const auto s = retnet_project(w, u);
-  const auto& c = w.config;
-  const Index L = u.rows();
-  const auto S = retention(s, c, L);
-  auto R = diagonal(row_scales<T>(S, c, L)) * S;  // nodes are held by value, sharing S's owned coefficients
+  s.check();
+  const Index L = s.length(), V = s.v.cols();
+  const auto S = retention(s);
+  auto R = diagonal(row_scales<T>(S, s)) * S;  // nodes are held by value, sharing S's owned coefficients
   const Matrix<T> normed_in = apply(R, s.v);
-  const auto n = group_norm<T>(c.num_heads, {.eps = c.layernorm_eps, .centered = c.centered});
-  const auto nb = n.bound_to(n.compute(normed_in.data(), L, c.value_dim));
+  const auto n = group_norm<T>(s.heads(), {.eps = s.layernorm_eps, .centered = s.centered});
+  const auto nb = n.bound_to(n.compute(normed_in.data(), L, V));
   const Matrix<T> gate = nn::map<T>(s.g, [](T v) { return nn::silu(v); });
   Matrix<T> beta = gate.cwiseProduct(offset(nb));
-  return make_decomposition<T>(s.v, diagonal(Matrix<T>(gate)) * nb * std::move(R), std::move(beta), w.out_proj_weight);
+  return make_decomposition<T>(s.v, diagonal(gate) * nb * std::move(R), std::move(beta), s.out_proj_weight);
 }
+
+/// The exact decomposition: retnet_forward(w, u) == d.output(), x = v.
+template <Scalar T>
+auto decompose(const retnet_weights<T>& w, const Matrix<T>& u) { return attention(activations(w, u)); }
+
+/// The exact decomposition (the named form of decompose).
+template <Scalar T>
+auto retnet_decompose(const retnet_weights<T>& w, const Matrix<T>& u) { return decompose(w, u); }
 
 /// Zimerman et al.'s eq. 24, G R: the raw retention matrix R = (qr kr^T) .* gamma^(t-s) with the
 /// gate, both retention normalisations and the norm's 1/sigma folded into the diagonal G.
 template <Scalar T>
-auto retnet_paper_attention(const retnet_weights<T>& w, const Matrix<T>& u) {
+auto retnet_paper_attention(const retnet_activations<T>& s) {
   using namespace retnet_detail;
-  const auto s = retnet_project(w, u);
-  const auto& c = w.config;
-  const Index L = u.rows();
-  const auto R = retention(s, c, L);
-  Matrix<T> G = row_scales<T>(R, c, L);
-  const Matrix<T> normed_in = apply(diagonal(Matrix<T>(G)) * R, s.v);
-  const auto n = group_norm<T>(c.num_heads, {.eps = c.layernorm_eps, .centered = c.centered});
-  const auto st = n.compute(normed_in.data(), L, c.value_dim);
+  s.check();
+  const Index L = s.length(), V = s.v.cols(), P = s.head_dim();
+  const auto R = retention(s);
+  Matrix<T> G = row_scales<T>(R, s);
+  const Matrix<T> normed_in = apply(diagonal(G) * R, s.v);
+  const auto n = group_norm<T>(s.heads(), {.eps = s.layernorm_eps, .centered = s.centered});
+  const auto st = n.compute(normed_in.data(), L, V);
   for (Index t = 0; t < L; ++t)
-    for (Index j = 0; j < c.value_dim; ++j) G(t, j) *= st.inv_sigma(t, j / c.head_dim()) * nn::silu(s.g(t, j));
+    for (Index j = 0; j < V; ++j) G(t, j) *= st.inv_sigma(t, j / P) * nn::silu(s.g(t, j));
   return diagonal(std::move(G)) * R;
+}
+/// Eq. 24 for the layer on u (L, E): retnet_paper_attention(activations(w, u)).
+template <Scalar T>
+auto retnet_paper_attention(const retnet_weights<T>& w, const Matrix<T>& u) { return retnet_paper_attention(activations(w, u)); }
+
+/// The recurrent state after the last token (retnet_state, torchscale's layout), in log space:
+/// decayed sums of kr_s v_s^T with the constant log-decay (recurrent_state.hpp), then / sqrt(scale).
+template <Scalar T>
+retnet_state<T> final_state(const retnet_activations<T>& s) {
+  s.check();
+  const Index L = s.length(), H = s.heads(), dk = s.key_dim(), P = s.head_dim();
+  retnet_state<T> st;
+  st.prev_key_value.resize(H * P, dk);
+  st.scale.resize(1, H);
+  for (Index h = 0; h < H; ++h) {
+    const T lg = s.decay(0, h);
+    const T m = decayed_sum<T>(L, [&](Index) { return lg; }, [](Index) { return T(1); });
+    const T inv = m > T(0) ? T(1) / std::sqrt(m) : T(1);
+    st.scale(0, h) = m;
+    for (Index p = 0; p < P; ++p)
+      for (Index i = 0; i < dk; ++i)
+        st.prev_key_value(h * P + p, i) =
+            inv * decayed_sum<T>(L, [&](Index) { return lg; }, [&](Index r) { return s.v(r, h * P + p) * s.kr(r, h * dk + i); });
+  }
+  return st;
 }
 
 }  // namespace iattn::models

@@ -14,10 +14,15 @@
 //   H    = diag(SiLU g) N S_strict(lambda = w, B = k, C = r, bonus; H heads, dv channels each, H groups)
 //   beta = SiLU(g) * (offset(N) + g_norm_bias)
 // N is the per-head group norm bound to its actual input; its centring and bias go to beta.
+//
+// From activations (docs/models.md): rwkv6_activations holds r, w, k, v, g, bonus, the norm's
+// parameters (and optionally o_proj_weight, conv_state); attention(acts) is the decomposition,
+// decompose(w, u) == attention(activations(w, u)), final_state(acts) fla's recurrent_state and conv_state.
 #pragma once
 
 #include "../iattn.hpp"
 #include "common.hpp"
+#include "recurrent_state.hpp"
 
 #include <cstdint>
 #include <string>
@@ -134,13 +139,59 @@ rwkv6_weights<T> rwkv6_init(const rwkv6_config& c, std::uint64_t seed = 0) {
   return w;
 }
 
+/// One forward pass's activations, named as fla's `RWKV6Attention.forward` names them (r, w, k, v, g
+/// after the data-dependent token shift; w after `w = -torch.exp(w)`), plus the layer parameters the
+/// decomposition reads: everything `attention(acts)` needs. The heads H and key width dk come from
+/// bonus (H, dk); the value width dv = V / H. Built by `activations(w, u)` or by hand.
 template <Scalar T>
 struct rwkv6_activations {
-  Matrix<T> r, w, k, v, g;  // (L, K) x3 with w the log-decay -exp(.), (L, V) x2 with g before SiLU
+  Matrix<T> r;              ///< (L, K)       receptance r_proj(...): the WKV's C
+  Matrix<T> w;              ///< (L, K)       log-decay -exp(w_proj(...)), <= 0 (-inf a reset)
+  Matrix<T> k;              ///< (L, K)       keys: the WKV's B
+  Matrix<T> v;              ///< (L, V)       values: the inner input x
+  Matrix<T> g;              ///< (L, V)       output gate before SiLU
+  Matrix<T> bonus;          ///< (H, dk)      fla's u = self.bonus, the current token's weight
+  Matrix<T> g_norm_weight;  ///< (1, V) or empty (1)
+  Matrix<T> g_norm_bias;    ///< (1, V) or empty (0)
+  Matrix<T> o_proj_weight;  ///< (hidden, V) or empty (the decomposition stops before o_proj)
+  Matrix<T> conv_state;     ///< (1, hidden) or empty: hidden_states[-1] (zeros for L = 0); only final_state reads it
+  double norm_eps = 1e-5;   ///< g_norm's eps
+
+  Index length() const { return v.rows(); }
+  Index heads() const { return bonus.rows(); }
+
+  /// Throws std::invalid_argument naming the first field whose shape disagrees (L, V from v; H, dk from bonus).
+  void check() const {
+    using std::to_string;
+    const char* m = "rwkv6_activations";
+    const Index L = length(), V = v.cols(), H = bonus.rows(), K = H * bonus.cols();
+    detail::require_shape(H >= 1 && bonus.cols() >= 1, m, "bonus", bonus.rows(), bonus.cols(), "(num_heads, head_k_dim), both >= 1");
+    detail::require_shape(V >= 1 && V % H == 0, m, "v", v.rows(), v.cols(), "(L, V) with V divisible by num_heads=" + to_string(H));
+    const std::string LK = "(L=" + to_string(L) + ", K=num_heads*head_k_dim=" + to_string(K) + ")";
+    const std::string LV = "(L=" + to_string(L) + ", V=" + to_string(V) + ")", V1 = "(1, V=" + to_string(V) + ") or empty";
+    check_field(m, "r", r, L, K, LK);
+    check_field(m, "w", w, L, K, LK);
+    check_field(m, "k", k, L, K, LK);
+    check_field(m, "g", g, L, V, LV);
+    if (g_norm_weight.size() != 0) check_field(m, "g_norm_weight", g_norm_weight, 1, V, V1);
+    if (g_norm_bias.size() != 0) check_field(m, "g_norm_bias", g_norm_bias, 1, V, V1);
+    if (o_proj_weight.size() != 0)
+      detail::require_shape(o_proj_weight.cols() == V, m, "o_proj_weight", o_proj_weight.rows(), o_proj_weight.cols(), "(hidden, V=" + to_string(V) + ") or empty");
+    if (conv_state.size() != 0)
+      detail::require_shape(conv_state.rows() == 1, m, "conv_state", conv_state.rows(), conv_state.cols(), "(1, hidden) or empty");
+  }
 };
 
+/// The layer's state after the last token, as fla's cache keeps it for RWKV6Attention.
 template <Scalar T>
-rwkv6_activations<T> rwkv6_project(const rwkv6_weights<T>& wt, const Matrix<T>& u) {
+struct rwkv6_state {
+  Matrix<T> recurrent_state;  ///< (H*dk, dv): fla's (H, dk, dv) flattened, S[i, j] = sum_s exp(sum_{k>s} w_k[i]) k_s[i] v_s[j]
+  Matrix<T> conv_state;       ///< (1, hidden): the token-shift input hidden_states[-1]
+};
+
+/// The activations of one forward pass of the layer on u (L, hidden), o_proj_weight included.
+template <Scalar T>
+rwkv6_activations<T> activations(const rwkv6_weights<T>& wt, const Matrix<T>& u) {
   wt.check();
   const auto& c = wt.config;
   detail::require_shape(u.cols() == c.hidden_size, "rwkv6", "u", u.rows(), u.cols(), "(L, hidden_size=" + std::to_string(c.hidden_size) + ")");
@@ -166,14 +217,21 @@ rwkv6_activations<T> rwkv6_project(const rwkv6_weights<T>& wt, const Matrix<T>& 
   s.k = nn::linear<T>(lerp(mix[2]), wt.k_proj_linear_weight);
   s.v = nn::linear<T>(lerp(mix[3]), wt.v_proj_linear_weight);
   s.g = nn::linear<T>(lerp(mix[4]), wt.g_proj_linear_weight);
+  s.bonus = wt.bonus;
+  s.g_norm_weight = wt.g_norm_weight;
+  s.g_norm_bias = wt.g_norm_bias;
+  s.o_proj_weight = wt.o_proj_weight;
+  s.conv_state = L > 0 ? Matrix<T>(u.row(L - 1)) : Matrix<T>(Matrix<T>::Zero(1, d));
+  s.norm_eps = c.norm_eps;
   return s;
 }
 
-/// The layer's forward (the oracle).
+/// The layer's forward (the oracle). final_state, when given, receives the state after the last token.
 template <Scalar T>
-Matrix<T> rwkv6_forward(const rwkv6_weights<T>& wt, const Matrix<T>& u) {
-  const auto s = rwkv6_project(wt, u);
-  Matrix<T> o = nn::gated_state_scan<T>(s.r, s.k, s.v, s.w, wt.config.num_heads, wt.bonus);
+Matrix<T> rwkv6_forward(const rwkv6_weights<T>& wt, const Matrix<T>& u, rwkv6_state<T>* final_state = nullptr) {
+  const auto s = activations(wt, u);
+  Matrix<T> o = nn::gated_state_scan<T>(s.r, s.k, s.v, s.w, wt.config.num_heads, wt.bonus, final_state ? &final_state->recurrent_state : nullptr);
+  if (final_state) final_state->conv_state = s.conv_state;
   nn::group_norm_rows<T>(o, wt.config.num_heads, wt.config.norm_eps, true, wt.g_norm_weight, wt.g_norm_bias);
   o.array() *= nn::map<T>(s.g, [](T v) { return nn::silu(v); }).array();
   return nn::linear<T>(o, wt.o_proj_weight);
@@ -181,27 +239,47 @@ Matrix<T> rwkv6_forward(const rwkv6_weights<T>& wt, const Matrix<T>& u) {
 
 /// The WKV matrix S_strict(w, k, r, bonus), before the norm and the gate.
 template <Scalar T>
-auto rwkv6_wkv(const rwkv6_weights<T>& wt, const rwkv6_activations<T>& s) {
-  const auto& c = wt.config;
-  return semiseparable(Matrix<T>(s.w), Matrix<T>(s.k), Matrix<T>(s.r), Matrix<T>(wt.bonus),
-                       {.heads = c.num_heads, .head_dim = c.head_v_dim(), .groups = c.num_heads});
+auto rwkv6_wkv(const rwkv6_activations<T>& s) {
+  s.check();
+  const Index H = s.heads();
+  return semiseparable(s.w, s.k, s.r, s.bonus, {.heads = H, .head_dim = s.v.cols() / H, .groups = H});
+}
+/// The WKV matrix of the layer on u (L, hidden): rwkv6_wkv(activations(w, u)).
+template <Scalar T>
+auto rwkv6_wkv(const rwkv6_weights<T>& wt, const Matrix<T>& u) { return rwkv6_wkv(activations(wt, u)); }
+
+/// The exact decomposition from activations (see the header comment); with o_proj_weight empty,
+/// output() is the inner output GroupNorm(o) * SiLU(g).
+template <Scalar T>
+auto attention(const rwkv6_activations<T>& s) {
+  s.check();
+  const Index L = s.length(), V = s.v.cols(), H = s.heads();
+  auto S = rwkv6_wkv(s);
+  const Matrix<T> o = apply(S, s.v);
+  const group_norm_options opts{.eps = s.norm_eps, .centered = true};
+  const auto n = s.g_norm_weight.size() ? group_norm(H, s.g_norm_weight, opts) : group_norm<T>(H, opts);
+  const auto nb = n.bound_to(n.compute(o.data(), L, V));
+  const Matrix<T> gate = nn::map<T>(s.g, [](T v) { return nn::silu(v); });
+  Matrix<T> shift = offset(nb);
+  if (s.g_norm_bias.size() != 0) shift.rowwise() += s.g_norm_bias.row(0);
+  Matrix<T> beta = gate.cwiseProduct(shift);
+  return make_decomposition<T>(s.v, diagonal(gate) * nb * std::move(S), std::move(beta), s.o_proj_weight);
 }
 
 /// The exact decomposition: rwkv6_forward(w, u) == d.output(), x = v.
 template <Scalar T>
-auto rwkv6_decompose(const rwkv6_weights<T>& wt, const Matrix<T>& u) {
-  const auto s = rwkv6_project(wt, u);
-  const auto& c = wt.config;
-  const Index L = u.rows();
-  auto S = rwkv6_wkv(wt, s);
-  const Matrix<T> o = apply(S, s.v);
-  const auto n = group_norm(c.num_heads, Matrix<T>(wt.g_norm_weight), {.eps = c.norm_eps, .centered = true});
-  const auto nb = n.bound_to(n.compute(o.data(), L, c.value_dim));
-  const Matrix<T> gate = nn::map<T>(s.g, [](T v) { return nn::silu(v); });
-  Matrix<T> shift = offset(nb);
-  shift.rowwise() += wt.g_norm_bias.row(0);
-  Matrix<T> beta = gate.cwiseProduct(shift);
-  return make_decomposition<T>(s.v, diagonal(Matrix<T>(gate)) * nb * std::move(S), std::move(beta), wt.o_proj_weight);
+auto decompose(const rwkv6_weights<T>& wt, const Matrix<T>& u) { return attention(activations(wt, u)); }
+
+/// The exact decomposition (the named form of decompose).
+template <Scalar T>
+auto rwkv6_decompose(const rwkv6_weights<T>& wt, const Matrix<T>& u) { return decompose(wt, u); }
+
+/// The state after the last token (rwkv6_state): the matrix state from the log-decays in log space
+/// (exp of non-positive suffix sums, recurrent_state.hpp); the bonus is not part of the state.
+template <Scalar T>
+rwkv6_state<T> final_state(const rwkv6_activations<T>& s) {
+  s.check();
+  return {gated_final_state(s.k, s.v, s.w, s.heads()), s.conv_state};
 }
 
 }  // namespace iattn::models

@@ -12,6 +12,9 @@
 // Exact decomposition over the H channels, inner input x = u:
 //   H = diag(Phi(y)) (CausalConv(k) + diag(D)),  k[l] = 2 Re sum_n C'_n exp(dt A_n l),  beta = 0
 // since GELU(y) = Phi(y) y. The kernel k is L taps long (K = L).
+//
+// From activations (docs/models.md): s4d_activations holds u, the kernel k (H, L) and D;
+// attention(acts) is the decomposition. No final_state: the activations hold the kernel, not the modes.
 #pragma once
 
 #include "../iattn.hpp"
@@ -144,16 +147,59 @@ Matrix<T> s4d_kernel_taps(const s4d_weights<T>& w, Index L) {
   return taps;
 }
 
-/// The exact decomposition: s4d_forward(w, u) == d.output(), x = u, identity output projection.
+/// One forward pass's activations, named as state-spaces' `S4D.forward` names them: the input u,
+/// the kernel k = S4DKernel(L) and the skip D. Built by `activations(w, u)` or by hand. An LTI layer
+/// is one long convolution here: the activations hold its kernel, not the N/2 complex modes, so
+/// there is no final_state (run s4d_ssm's recurrence for the modes' state).
 template <Scalar T>
-auto s4d_decompose(const s4d_weights<T>& w, const Matrix<T>& u) {
+struct s4d_activations {
+  Matrix<T> u;  ///< (L, H)        the layer input: the inner input
+  Matrix<T> k;  ///< (H, L' >= L)  the SSM kernel, S4DKernel's (H, L) layout: k[h, l] is lag l
+  Matrix<T> D;  ///< (1, H)
+
+  Index length() const { return u.rows(); }
+
+  /// Throws std::invalid_argument naming the first field whose shape disagrees (L, H from u).
+  void check() const {
+    using std::to_string;
+    const char* m = "s4d_activations";
+    const Index L = u.rows(), H = u.cols();
+    detail::require_shape(k.rows() == H && k.cols() >= std::max<Index>(L, 1), m, "k", k.rows(), k.cols(),
+                          "(H=" + to_string(H) + ", L' >= L=" + to_string(L) + ")");
+    check_field(m, "D", D, 1, H, "(1, H=" + to_string(H) + ")");
+  }
+  /// The kernel as CausalConv taps (max(L, 1), H): tap L-1-l holds lag l.
+  Matrix<T> taps() const {
+    const Index L = std::max<Index>(length(), 1);
+    return k.leftCols(L).rowwise().reverse().transpose();
+  }
+};
+
+/// The activations on u (L, d_model): u itself, the kernel of length max(L, 1), D.
+template <Scalar T>
+s4d_activations<T> activations(const s4d_weights<T>& w, const Matrix<T>& u) {
   w.check();
   detail::require_shape(u.cols() == w.config.d_model, "s4d", "u", u.rows(), u.cols(), "(L, d_model=" + std::to_string(w.config.d_model) + ")");
-  const Index L = u.rows(), H = w.config.d_model;
-  auto ssm = causal_conv(s4d_kernel_taps(w, L)) + diagonal(Matrix<T>(w.D));
-  const Matrix<T> y = apply(ssm, u);  // the pre-activation, for the frozen Phi(y)
-  auto Hop = diagonal(nn::map<T>(y, [](T v) { return T(0.5) * std::erfc(-v / std::numbers::sqrt2_v<T>); })) * std::move(ssm);
-  return make_decomposition<T>(u, std::move(Hop), Matrix<T>(Matrix<T>::Zero(L, H)), Matrix<T>(Matrix<T>::Identity(H, H)));
+  return {u, s4d_kernel_taps(w, u.rows()).colwise().reverse().transpose(), w.D};
 }
+
+/// The exact decomposition from activations, x = u, identity output projection (H, H).
+template <Scalar T>
+auto attention(const s4d_activations<T>& a) {
+  a.check();
+  const Index L = a.length(), H = a.u.cols();
+  auto ssm = causal_conv(a.taps()) + diagonal(a.D);
+  const Matrix<T> y = apply(ssm, a.u);  // the pre-activation, for the frozen Phi(y)
+  auto Hop = diagonal(nn::map<T>(y, [](T v) { return T(0.5) * std::erfc(-v / std::numbers::sqrt2_v<T>); })) * std::move(ssm);
+  return make_decomposition<T>(a.u, std::move(Hop), Matrix<T>(Matrix<T>::Zero(L, H)), Matrix<T>(Matrix<T>::Identity(H, H)));
+}
+
+/// The exact decomposition: s4d_forward(w, u) == d.output(), x = u, identity output projection.
+template <Scalar T>
+auto decompose(const s4d_weights<T>& w, const Matrix<T>& u) { return attention(activations(w, u)); }
+
+/// The exact decomposition (the named form of decompose).
+template <Scalar T>
+auto s4d_decompose(const s4d_weights<T>& w, const Matrix<T>& u) { return decompose(w, u); }
 
 }  // namespace iattn::models

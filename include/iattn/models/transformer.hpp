@@ -8,6 +8,10 @@
 // Exact decomposition over the E value channels, inner input x = v:
 //   H = softmax_attention(q, k; H heads, hd channels each),  beta = 0.
 // The operator is explicit (it forms scores row by row), as attention has no recurrent form.
+//
+// From activations (docs/models.md): transformer_activations holds q, k, v (and optionally the out
+// projection); attention(acts) is the decomposition, decompose(w, u) == attention(activations(w, u)).
+// No final_state: the layer has no recurrent state, its KV cache is its own k and v.
 #pragma once
 
 #include "../iattn.hpp"
@@ -90,17 +94,74 @@ Matrix<T> transformer_forward(const transformer_weights<T>& w, const Matrix<T>& 
   return nn::linear<T>(o, w.out_proj_weight, w.out_proj_bias);
 }
 
-/// The exact decomposition: transformer_forward(w, u) == d.output(), x = v, beta = 0.
+/// One forward pass's activations, named as PyTorch's `F.multi_head_attention_forward` names them (q,
+/// k, v after the packed in-projection; q unscaled, the softmax scales by head_dim^-1/2), plus the out
+/// projection: everything `attention(acts)` needs. Built by `activations(w, u)` or by hand. There is
+/// no final_state: causal softmax attention has no recurrent state (its KV cache is k and v themselves).
 template <Scalar T>
-auto transformer_decompose(const transformer_weights<T>& w, const Matrix<T>& u) {
+struct transformer_activations {
+  Matrix<T> q;                ///< (L, E)   queries, unscaled
+  Matrix<T> k;                ///< (L, E)   keys
+  Matrix<T> v;                ///< (L, E)   values: the inner input x
+  Matrix<T> out_proj_weight;  ///< (E_out, E) or empty (the decomposition stops before out_proj)
+  Matrix<T> out_proj_bias;    ///< (1, E_out) or empty
+  Index num_heads = 4;        ///< H: E splits into H heads of head_dim = E/H
+
+  Index length() const { return v.rows(); }
+
+  /// Throws std::invalid_argument naming the first field whose shape disagrees (L, E from v).
+  void check() const {
+    using std::to_string;
+    const char* m = "transformer_activations";
+    if (num_heads < 1) detail::fail(m, "num_heads is " + to_string(num_heads) + " but must be >= 1");
+    const Index L = length(), E = v.cols();
+    detail::require_shape(E >= 1 && E % num_heads == 0, m, "v", v.rows(), v.cols(), "(L, E) with E divisible by num_heads=" + to_string(num_heads));
+    const std::string LE = "(L=" + to_string(L) + ", E=" + to_string(E) + ")";
+    check_field(m, "q", q, L, E, LE);
+    check_field(m, "k", k, L, E, LE);
+    if (out_proj_weight.size() != 0)
+      detail::require_shape(out_proj_weight.cols() == E, m, "out_proj_weight", out_proj_weight.rows(), out_proj_weight.cols(), "(E_out, E=" + to_string(E) + ") or empty");
+    if (out_proj_bias.size() != 0)
+      detail::require_shape(out_proj_weight.size() != 0 && out_proj_bias.rows() == 1 && out_proj_bias.cols() == out_proj_weight.rows(), m,
+                            "out_proj_bias", out_proj_bias.rows(), out_proj_bias.cols(),
+                            "(1, E_out=" + to_string(out_proj_weight.rows()) + ") with out_proj_weight, or empty");
+  }
+};
+
+/// The activations of one forward pass of the layer on u (L, E), the out projection included.
+template <Scalar T>
+transformer_activations<T> activations(const transformer_weights<T>& w, const Matrix<T>& u) {
   w.check();
   const auto& c = w.config;
   detail::require_shape(u.cols() == c.embed_dim, "transformer", "u", u.rows(), u.cols(), "(L, embed_dim=" + std::to_string(c.embed_dim) + ")");
   const Index E = c.embed_dim;
   const Matrix<T> qkv = nn::linear<T>(u, w.in_proj_weight, w.in_proj_bias);
-  auto H = softmax_attention(Matrix<T>(qkv.leftCols(E)), Matrix<T>(qkv.middleCols(E, E)), {.heads = c.num_heads, .head_dim = c.head_dim()});
-  return make_decomposition<T>(Matrix<T>(qkv.rightCols(E)), std::move(H), Matrix<T>(Matrix<T>::Zero(u.rows(), E)),
-                               w.out_proj_weight, w.out_proj_bias);
+  transformer_activations<T> a;
+  a.q = qkv.leftCols(E);
+  a.k = qkv.middleCols(E, E);
+  a.v = qkv.rightCols(E);
+  a.out_proj_weight = w.out_proj_weight;
+  a.out_proj_bias = w.out_proj_bias;
+  a.num_heads = c.num_heads;
+  return a;
 }
+
+/// The exact decomposition from activations: H = softmax_attention(q, k), x = v, beta = 0; with
+/// out_proj_weight empty, output() is the heads' concatenated output.
+template <Scalar T>
+auto attention(const transformer_activations<T>& a) {
+  a.check();
+  const Index E = a.v.cols();
+  auto H = softmax_attention(a.q, a.k, {.heads = a.num_heads, .head_dim = E / a.num_heads});
+  return make_decomposition<T>(a.v, std::move(H), Matrix<T>(Matrix<T>::Zero(a.length(), E)), a.out_proj_weight, a.out_proj_bias);
+}
+
+/// The exact decomposition: transformer_forward(w, u) == d.output(), x = v, beta = 0.
+template <Scalar T>
+auto decompose(const transformer_weights<T>& w, const Matrix<T>& u) { return attention(activations(w, u)); }
+
+/// The exact decomposition (the named form of decompose).
+template <Scalar T>
+auto transformer_decompose(const transformer_weights<T>& w, const Matrix<T>& u) { return decompose(w, u); }
 
 }  // namespace iattn::models

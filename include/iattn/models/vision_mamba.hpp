@@ -12,6 +12,10 @@
 // with (H, beta)_fwd and _bwd the exact Mamba decompositions of the two branches (mamba.hpp); the
 // backward one is taken on J u, whose inner input is J x. H is not causal: its strictly lower part is
 // s H_fwd's, its strictly upper part s flip(H_bwd)'s, its diagonal the sum.
+//
+// From activations (docs/models.md): vision_mamba_activations holds both branches'
+// mamba_activations (bwd in reversed token order) and out_proj; attention(acts) is the decomposition,
+// final_state(acts) both scans' ssm_state (vision_mamba_state {fwd, bwd}).
 #pragma once
 
 #include "mamba.hpp"
@@ -104,24 +108,91 @@ template <class T>
 Matrix<T> reversed(const Matrix<T>& X) { return X.colwise().reverse(); }
 }  // namespace vim_detail
 
-/// The block's forward (the oracle): two plain recurrent Mamba scans, one on the reversed tokens.
+/// One forward pass's activations: the two branches' Mamba activations (mamba_activations, each
+/// without out_proj) and the shared out_proj. As in Vim, the backward branch runs on the reversed
+/// tokens, so bwd's token-wise tensors are in reversed order (row 0 is the last token) and
+/// bwd.x = J fwd.x. Built by `activations(w, u)` or by hand; `attention(acts)` needs nothing else.
 template <Scalar T>
-Matrix<T> vision_mamba_forward(const vision_mamba_weights<T>& w, const Matrix<T>& u) {
+struct vision_mamba_activations {
+  mamba_activations<T> fwd;   ///< the forward scan's, in token order
+  mamba_activations<T> bwd;   ///< the backward scan's, in reversed token order (its x_proj_b, dt_proj_b, A_b, D_b, conv1d_b)
+  Matrix<T> out_proj_weight;  ///< (d_model, d_inner) or empty (the decomposition stops before out_proj)
+  bool if_devide_out = true;  ///< Vim's spelling; halves the sum of the two directions
+
+  /// Throws std::invalid_argument naming the branch and the field whose shape disagrees.
+  void check() const {
+    const auto branch = [](const char* name, const mamba_activations<T>& a) {
+      try {
+        a.check();
+      } catch (const std::invalid_argument& e) {
+        throw std::invalid_argument(std::string("vision_mamba_activations.") + name + ": " + e.what());
+      }
+    };
+    branch("fwd", fwd);
+    branch("bwd", bwd);
+    detail::require_shape(bwd.x.rows() == fwd.x.rows() && bwd.x.cols() == fwd.x.cols(), "vision_mamba_activations", "bwd.x", bwd.x.rows(),
+                          bwd.x.cols(), "fwd.x's shape " + detail::shape_string(fwd.x.rows(), fwd.x.cols()));
+    if (out_proj_weight.size() != 0)
+      detail::require_shape(out_proj_weight.cols() == fwd.d_inner(), "vision_mamba_activations", "out_proj_weight", out_proj_weight.rows(),
+                            out_proj_weight.cols(), "(d_model, d_inner=" + std::to_string(fwd.d_inner()) + ") or empty");
+  }
+};
+
+/// The activations of one forward pass on u (L, d_model): fwd on u, bwd on J u, out_proj included.
+template <Scalar T>
+vision_mamba_activations<T> activations(const vision_mamba_weights<T>& w, const Matrix<T>& u) {
+  w.check();
+  vision_mamba_activations<T> a{activations(w.fwd, u), activations(w.bwd(), vim_detail::reversed(u)), w.fwd.out_proj_weight,
+                                w.config.if_devide_out};
+  a.fwd.out_proj_weight.resize(0, 0);
+  a.bwd.out_proj_weight.resize(0, 0);
+  return a;
+}
+
+/// The block's forward (the oracle): two plain recurrent Mamba scans, one on the reversed tokens.
+/// fwd_state / bwd_state, when given, receive each scan's state after its last token (d_inner,
+/// d_state): the forward scan's after token L-1, the backward scan's after token 0.
+template <Scalar T>
+Matrix<T> vision_mamba_forward(const vision_mamba_weights<T>& w, const Matrix<T>& u, Matrix<T>* fwd_state = nullptr,
+                               Matrix<T>* bwd_state = nullptr) {
   w.check();
   const T s = w.config.if_devide_out ? T(0.5) : T(1);
-  const Matrix<T> y = s * (mamba_inner_forward(w.fwd, u) + vim_detail::reversed(mamba_inner_forward(w.bwd(), vim_detail::reversed(u))));
+  const Matrix<T> y = s * (mamba_inner_forward(w.fwd, u, fwd_state) +
+                           vim_detail::reversed(mamba_inner_forward(w.bwd(), vim_detail::reversed(u), bwd_state)));
   return nn::linear<T>(y, w.fwd.out_proj_weight);
 }
 
-/// The exact decomposition: vision_mamba_forward(w, u) == d.output() (see the header comment).
+/// The exact decomposition from activations (see the header comment); x = fwd.x.
 template <Scalar T>
-auto vision_mamba_decompose(const vision_mamba_weights<T>& w, const Matrix<T>& u) {
-  w.check();
-  const T s = w.config.if_devide_out ? T(0.5) : T(1);
-  auto f = mamba_decompose(w.fwd, u);
-  auto b = mamba_decompose(w.bwd(), vim_detail::reversed(u));
+auto attention(const vision_mamba_activations<T>& a) {
+  a.check();
+  const T s = a.if_devide_out ? T(0.5) : T(1);
+  auto f = attention(a.fwd);
+  auto b = attention(a.bwd);
   Matrix<T> beta = s * (f.beta + vim_detail::reversed(b.beta));
-  return make_decomposition<T>(std::move(f.x), s * (std::move(f.H) + flip(std::move(b.H))), std::move(beta), w.fwd.out_proj_weight);
+  return make_decomposition<T>(std::move(f.x), s * (std::move(f.H) + flip(std::move(b.H))), std::move(beta), a.out_proj_weight);
+}
+
+/// The exact decomposition: vision_mamba_forward(w, u) == d.output().
+template <Scalar T>
+auto decompose(const vision_mamba_weights<T>& w, const Matrix<T>& u) { return attention(activations(w, u)); }
+
+/// The exact decomposition (the named form of decompose).
+template <Scalar T>
+auto vision_mamba_decompose(const vision_mamba_weights<T>& w, const Matrix<T>& u) { return decompose(w, u); }
+
+/// Both scans' states after their last tokens, each mamba_ssm's ssm_state (d_inner, d_state).
+template <Scalar T>
+struct vision_mamba_state {
+  Matrix<T> fwd;  ///< the forward scan's, after token L-1
+  Matrix<T> bwd;  ///< the backward scan's, after token 0 (its last in reversed order)
+};
+
+/// The two directions' final states (see vision_mamba_state), in log space as Mamba's final_state.
+template <Scalar T>
+vision_mamba_state<T> final_state(const vision_mamba_activations<T>& a) {
+  a.check();
+  return {final_state(a.fwd), final_state(a.bwd)};
 }
 
 }  // namespace iattn::models

@@ -7,6 +7,7 @@
 #include "bind.hpp"
 #include "causal_conv.hpp"
 #include "diagonal.hpp"
+#include "head_mean.hpp"
 #include "linear_recurrence.hpp"
 #include "mean.hpp"
 #include "parallel.hpp"
@@ -48,13 +49,23 @@ Matrix<T> materialize(const Node& n, const context& cx, Index c) {
   return out;
 }
 
-/// Mean over channels, accumulated tile by tile: channel evaluators are prepared a chunk of
-/// channels at a time, so memory is O(L^2) for the result plus O(chunk * L * N). The path for
-/// expressions that mean.hpp cannot expand into diag * core * diag * conv terms.
+/// What a channel mean averages: H^c, or |H^c| with abs, over channels [c0, c1).
+struct mean_request {
+  Index c0 = 0, c1 = 0;
+  bool abs = false;
+};
+/// The path of materialize_mean: the cheapest that applies (automatic), or one forced, for the
+/// benchmarks' baselines and the tests: `channels` never takes head_mean.hpp's path (mean.hpp's
+/// (channel, state) GEMMs, else tiles), `heads` takes it whenever the expression allows.
+enum class mean_path { automatic, channels, heads };
+
+/// Mean over channels [c0, c1) of H^c (or |H^c|), accumulated tile by tile: channel evaluators
+/// are prepared a chunk of channels at a time, so memory is O(L^2) for the result plus
+/// O(chunk * L * N). The path for expressions that neither mean.hpp nor head_mean.hpp can expand.
 template <class T, class Node>
-Matrix<T> materialize_mean_tiles(const Node& n, const context& cx) {
+Matrix<T> materialize_mean_tiles(const Node& n, const context& cx, mean_request rq) {
   Matrix<T> out = Matrix<T>::Zero(cx.L, cx.L);
-  if (cx.L == 0 || cx.D == 0) return out;
+  if (cx.L == 0 || rq.c1 <= rq.c0) return out;
   const Index nb = (cx.L + tile_size - 1) / tile_size;
   struct tile_id { Index bi, bj; };
   std::vector<tile_id> tiles;
@@ -64,9 +75,9 @@ Matrix<T> materialize_mean_tiles(const Node& n, const context& cx) {
       if (is_upper_v<Node> && bj < bi) continue;
       tiles.push_back({bi, bj});
     }
-  const Index chunk = std::max<Index>(1, std::min<Index>(cx.D, 64));
-  for (Index c0 = 0; c0 < cx.D; c0 += chunk) {
-    const Index nc = std::min(chunk, cx.D - c0);
+  const Index chunk = std::max<Index>(1, std::min<Index>(rq.c1 - rq.c0, 64));
+  for (Index c0 = rq.c0; c0 < rq.c1; c0 += chunk) {
+    const Index nc = std::min(chunk, rq.c1 - c0);
     std::vector<std::optional<channel_eval<Node, T>>> evs(static_cast<std::size_t>(nc));
     parallel_for(nc, [&](Index j) { evs[std::size_t(j)].emplace(n, cx, c0 + j); });
     parallel_for(Index(tiles.size()), [&](Index k) {
@@ -76,21 +87,74 @@ Matrix<T> materialize_mean_tiles(const Node& n, const context& cx) {
       tile<T> dst{out.data() + i0 * cx.L + j0, i1 - i0, j1 - j0, cx.L};
       for (const auto& ev : evs) {
         ev->block(i0, i1, j0, j1, tmp.view);
-        dst.map() += tmp.view.map();
+        if (rq.abs) dst.map() += tmp.view.map().cwiseAbs();
+        else dst.map() += tmp.view.map();
       }
     });
   }
-  out *= T(1) / T(cx.D);
+  out *= T(1) / T(rq.c1 - rq.c0);
   return out;
 }
 
-/// Mean over channels: blocked GEMMs over (channel, state) when the expression expands into
-/// diag * core * diag * conv terms (mean.hpp), the tile path otherwise.
+/// Mean over channels [c0, c1) of H^c or |H^c|: one core per head and rank-P products when the
+/// heads share their cores and that is cheaper (head_mean.hpp; always for |H^c|), blocked GEMMs
+/// over (channel, state) for diag * core * diag * conv terms (mean.hpp), the tile path otherwise.
+template <class T, class Node>
+Matrix<T> materialize_mean(const Node& n, const context& cx, mean_request rq, mean_path path = mean_path::automatic) {
+  if (cx.L == 0 || rq.c1 <= rq.c0) return Matrix<T>::Zero(cx.L, cx.L);
+  if (path != mean_path::channels) {
+    head_plan<T> plan;
+    if (make_head_plan<T>(n, cx, plan) && (path == mean_path::heads || rq.abs || plan.cheaper_than_channel_gemm(cx))) {
+      Matrix<T> out = Matrix<T>::Zero(cx.L, cx.L);
+      head_means<T>(plan, cx, rq.abs).run(cx, rq.c0, rq.c1, out.data(), false);
+      return out;
+    }
+  }
+  mean_terms<T> terms;
+  if (!rq.abs && expand_mean<T>(n, cx, terms)) return mean_of_terms(terms, cx, rq.c0, rq.c1);
+  return materialize_mean_tiles<T>(n, cx, rq);
+}
 template <class T, class Node>
 Matrix<T> materialize_mean(const Node& n, const context& cx) {
-  mean_terms<T> terms;
-  if (cx.L > 0 && cx.D > 0 && expand_mean<T>(n, cx, terms)) return mean_of_terms(terms, cx);
-  return materialize_mean_tiles<T>(n, cx);
+  return materialize_mean<T>(n, cx, mean_request{0, cx.D, false});
+}
+
+/// out (D / P, L, L): the mean over each head's P channels, zeroed first; in one pass of
+/// head_mean.hpp when the heads share their cores, head by head otherwise.
+template <class T, class Node>
+void materialize_head_means(const Node& n, const context& cx, Index P, bool abs, T* out, mean_path path = mean_path::automatic) {
+  const Index H = cx.D / P, LL = cx.L * cx.L;
+  std::fill(out, out + H * LL, T(0));
+  if (cx.L == 0) return;
+  head_plan<T> plan;
+  if (path != mean_path::channels && make_head_plan<T>(n, cx, plan) && plan.P == P) {
+    head_means<T>(plan, cx, abs).run(cx, 0, cx.D, out, true);
+    return;
+  }
+  for (Index h = 0; h < H; ++h) {
+    const Matrix<T> m = materialize_mean<T>(n, cx, mean_request{h * P, (h + 1) * P, abs}, mean_path::channels);
+    std::copy(m.data(), m.data() + LL, out + h * LL);
+  }
+}
+
+/// Every channel's matrix into out (D, L, L), row-major [c][t][s]: in parallel over channels, each
+/// evaluator writing its tiles straight into its slice (tiles above the diagonal of a causal
+/// expression set to zero, once), no temporaries.
+template <class T, class Node>
+void materialize_all(const Node& n, const context& cx, T* out) {
+  const Index L = cx.L, nb = (L + tile_size - 1) / tile_size;
+  if (L == 0) return;
+  parallel_for(cx.D, [&](Index c) {
+    const channel_eval<Node, T> ev(n, cx, c);
+    T* base = out + c * L * L;
+    for (Index bi = 0; bi < nb; ++bi) {
+      const Index i0 = bi * tile_size, i1 = std::min(L, i0 + tile_size);
+      for (Index bj = 0; bj < nb; ++bj) {
+        const Index j0 = bj * tile_size, j1 = std::min(L, j0 + tile_size);
+        structured_block(ev, i0, i1, j0, j1, tile<T>{base + i0 * L + j0, i1 - i0, j1 - j0, L});
+      }
+    }
+  });
 }
 
 /// (D, L): row t (transposed apply of e_t) or column s (apply of e_s) of every channel's matrix.

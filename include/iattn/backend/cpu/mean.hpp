@@ -173,14 +173,16 @@ bool expand_mean(const Node& n, const context& cx, mean_terms<T>& out) {
 template <class T, class Policy>
 class mean_core_term {
  public:
-  mean_core_term(const mean_term<T>& term, const context& cx) : term_(term), L_(cx.L), D_(cx.D) {
+  /// The mean over channels [cb, ce) (default: all D).
+  mean_core_term(const mean_term<T>& term, const context& cx, Index cb = 0, Index ce = any)
+      : term_(term), L_(cx.L), D_(cx.D), cb_(cb), ce_(ce == any ? cx.D : ce) {
     N_ = term.S ? term.S->state() : 1;
     strict_ = term.S && term.S->strict();
     delta_ = strict_ ? 1 : 0;
     K_ = term.conv ? term.conv->width() : 1;
-    scale_ = T(term.weight / double(D_));
+    scale_ = T(term.weight / double(ce_ - cb_));
     const Index target = std::clamp<Index>((Index(1) << 22) / std::max<Index>(L_, 1), 64, 1024);
-    Dc_ = std::clamp<Index>(target / N_, 1, D_);
+    Dc_ = std::clamp<Index>(target / N_, 1, ce_ - cb_);
   }
 
   void accumulate(Matrix<T>& outT) {
@@ -195,8 +197,8 @@ class mean_core_term {
     blk_.resize(nb, M);
     lam0_.resize(nb, M);
     bufs_.assign(std::size_t(max_threads()), buffers{});
-    for (Index c0 = 0; c0 < D_; c0 += Dc_) {
-      dc_ = std::min(Dc_, D_ - c0);
+    for (Index c0 = cb_; c0 < ce_; c0 += Dc_) {
+      dc_ = std::min(Dc_, ce_ - c0);
       m_ = dc_ * N_;
       taps_.assign(std::size_t(K_ * m_), T(0));
       bonus_.assign(std::size_t(m_), T(0));
@@ -554,7 +556,7 @@ class mean_core_term {
   }
 
   const mean_term<T>& term_;
-  Index L_, D_, N_, K_, Dc_, c0_ = 0, dc_ = 0, m_ = 0, delta_;
+  Index L_, D_, cb_, ce_, N_, K_, Dc_, c0_ = 0, dc_ = 0, m_ = 0, delta_;
   std::vector<Index> head_, group_;  // per channel of the chunk: its head, its group's first column
   bool strict_;
   T scale_;
@@ -563,39 +565,41 @@ class mean_core_term {
   std::vector<buffers> bufs_;
 };
 
-/// A term without a core: diag(post) * [conv], a band of width K.
+/// A term without a core: diag(post) * [conv], a band of width K; the mean over channels [cb, ce).
 template <class T>
-void mean_band_term(const mean_term<T>& term, const context& cx, Matrix<T>& out) {
+void mean_band_term(const mean_term<T>& term, const context& cx, Matrix<T>& out, Index cb = 0, Index ce = any) {
+  if (ce == any) ce = cx.D;
   const Index K = term.conv ? term.conv->width() : 1;
-  const T scale = T(term.weight / double(cx.D));
+  const T scale = T(term.weight / double(ce - cb));
   std::vector<std::vector<T>> rows(static_cast<std::size_t>(max_threads()));
   parallel_for(cx.L, [&](Index t) {
-    const T* p = term.post.row(t, cx.D, 0, cx.D, rows[std::size_t(thread_index())]);
+    const T* p = term.post.row(t, cx.D, cb, ce - cb, rows[std::min(std::size_t(thread_index()), rows.size() - 1)]);
     for (Index lag = 0; lag < K && lag <= t; ++lag) {
       T v = 0;
-      for (Index c = 0; c < cx.D; ++c) v += (p ? p[c] : T(1)) * (term.conv ? term.conv->tap(lag, c) : T(1));
+      for (Index c = cb; c < ce; ++c) v += (p ? p[c - cb] : T(1)) * (term.conv ? term.conv->tap(lag, c) : T(1));
       out(t, t - lag) += scale * v;
     }
   });
 }
 
-/// The channel mean of a sum of terms, (L, L). The terms with a core add their means transposed
-/// (their products' packs run along the output's columns), so those go first, then one transposition.
+/// The channel mean of a sum of terms over channels [cb, ce) (default: all), (L, L). The terms with
+/// a core add their means transposed (their products' packs run along the output's columns), so
+/// those go first, then one transposition.
 template <class T>
-Matrix<T> mean_of_terms(const mean_terms<T>& terms, const context& cx) {
+Matrix<T> mean_of_terms(const mean_terms<T>& terms, const context& cx, Index cb = 0, Index ce = any) {
   Matrix<T> out = Matrix<T>::Zero(cx.L, cx.L);
   if (cx.L == 0 || cx.D == 0) return out;
   bool cores = false;
   for (const auto& term : terms) {
     if (term.S)
-      mean_core_term<T, log_decay>(term, cx).accumulate(out);
+      mean_core_term<T, log_decay>(term, cx, cb, ce).accumulate(out);
     else if (term.R)
-      mean_core_term<T, linear_decay>(term, cx).accumulate(out);
+      mean_core_term<T, linear_decay>(term, cx, cb, ce).accumulate(out);
     cores = cores || term.has_core();
   }
   if (cores) out.transposeInPlace();  // square: Eigen swaps in place (4x faster than a blocked loop of ours)
   for (const auto& term : terms)
-    if (!term.has_core()) mean_band_term(term, cx, out);
+    if (!term.has_core()) mean_band_term(term, cx, out, cb, ce);
   return out;
 }
 

@@ -1,0 +1,265 @@
+// The structured channel means (backend/cpu/head_mean.hpp) and their entry points: materialize_mean
+// with mean_options (abs, head, channels), materialize_head_means and materialize_all, against the
+// dense per-channel mean of materialize(H, c) summed with plain loops (and, for the Mamba-2-like
+// composite, a plain-loop dense oracle), in double (1e-10 (1 + max)) and float (1e-4 relative):
+// Mamba-2-like, RetNet-like, linear attention (and its row-normalised form), lambda = -inf resets,
+// token-constant diagonals, signed factors for the abs mean, heads of P in {1, 3, 64}, N in
+// {1, 5, 16}, L in {1, 7, 64, 257}; both paths forced and the automatic choice; the models' H.
+#include "support/test_common.hpp"
+
+#include <iattn/models/gla.hpp>
+#include <iattn/models/linear_attention.hpp>
+#include <iattn/models/mamba2.hpp>
+#include <iattn/models/retnet.hpp>
+
+using namespace test;
+using iattn::cpu_detail::mean_path;
+
+namespace {
+
+/// mean over channels [c0, c1) of materialize(H, c) (or its |.|), plain loops, in double.
+template <class H>
+MatD dense_mean(const H& h, Index L, Index c0, Index c1, bool abs) {
+  MatD out = MatD::Zero(L, L);
+  for (Index c = c0; c < c1; ++c) {
+    const MatD m = dd(iattn::materialize(h, c, L));
+    for (Index t = 0; t < L; ++t)
+      for (Index s = 0; s < L; ++s) out(t, s) += (abs ? std::abs(m(t, s)) : m(t, s)) / double(c1 - c0);
+  }
+  return out;
+}
+
+template <class T>
+double tol() { return std::is_same_v<T, float> ? 1e-4 : 1e-10; }
+
+/// Every path and option of the mean for expression h against the oracle built from hd, the same
+/// expression in double (h itself when T is double).
+template <class T, class H, class HD>
+void check_means(const H& h, const HD& hd, Index L, Index P, bool expect_heads) {
+  using namespace iattn;
+  namespace cd = iattn::cpu_detail;
+  const Index D = h.channels();
+  const cd::context cx{L, D};
+  cd::head_plan<T> plan;
+  REQUIRE(cd::make_head_plan<T>(h, cx, plan) == expect_heads);
+  for (bool abs : {false, true}) {
+    INFO("abs = " << abs);
+    const MatD all = dense_mean(hd, L, 0, D, abs);
+    check_close(materialize_mean(h, mean_options{.abs = abs}), all, tol<T>());
+    for (mean_path path : {mean_path::channels, mean_path::heads})
+      check_close(cd::materialize_mean<T>(h, cx, {0, D, abs}, path), all, tol<T>());
+    // One head, and a range that straddles heads.
+    const Index hh = D / P - 1;
+    check_close(materialize_mean(h, mean_options{.abs = abs, .head = hh}), dense_mean(hd, L, hh * P, (hh + 1) * P, abs),
+                tol<T>());
+    const range r{P > 1 ? 1 : 0, std::min(D, P + 2)};
+    check_close(materialize_mean(h, mean_options{.abs = abs, .channels = r}), dense_mean(hd, L, r.begin, r.end, abs),
+                tol<T>());
+    const Tensor3<T> heads = materialize_head_means(h, mean_options{.abs = abs});
+    REQUIRE(heads.dims == std::array<Index, 3>{D / P, L, L});
+    for (Index k = 0; k < D / P; k += std::max<Index>(1, D / P - 1))
+      check_close(heads.slice(k), dense_mean(hd, L, k * P, (k + 1) * P, abs), tol<T>());
+  }
+  const Tensor3<T> every = materialize_all(h);
+  REQUIRE(every.dims == std::array<Index, 3>{D, L, L});
+  Tensor3<T> into(D, L, L, T(7));
+  materialize_all_into(into, h);
+  for (Index c = 0; c < D; c += std::max<Index>(1, D / 5)) {
+    const Matrix<T> m = materialize(h, c);
+    REQUIRE(every.slice(c) == m);
+    REQUIRE(into.slice(c) == m);
+  }
+}
+
+template <class T>
+struct mamba2_like {
+  Mat<T> lam, B, C, z, dt, skip, sig, w, x, nw;
+  Index H, P, G, N;
+  mamba2_like(Index L, Index H_, Index P_, Index N_) : H(H_), P(P_), G(H_ > 1 ? 2 : 1), N(N_) {
+    const Index D = H * P;
+    lam = uniform<T>(L, H, -1.5, -0.01);
+    for (Index t = 3; t < L; t += 50) lam(t, 0) = -std::numeric_limits<T>::infinity();  // resets
+    B = normal<T>(L, G * N), C = normal<T>(L, G * N), z = normal<T>(L, D), dt = uniform<T>(L, D, 0.01, 0.5);
+    skip = normal<T>(1, D), sig = uniform<T>(L, D, 0, 1), w = normal<T>(4, D, 0.5), x = normal<T>(L, D);
+    nw = uniform<T>(1, D, 0.5, 1.5);
+  }
+  auto expr() const {
+    using namespace iattn;
+    const auto S = semiseparable(lam, B, C, {.heads = H, .head_dim = P, .groups = G});
+    const auto body = diagonal(z) * (S * diagonal(dt) + diagonal(skip)) * diagonal(sig) * causal_conv(w);
+    return bind(group_norm(G, nw) * body, x);
+  }
+  template <class U>
+  mamba2_like<U> cast() const {
+    mamba2_like<U> o(1, 1, 1, 1);
+    o.lam = lam.template cast<U>(), o.B = B.template cast<U>(), o.C = C.template cast<U>(), o.z = z.template cast<U>();
+    o.dt = dt.template cast<U>(), o.skip = skip.template cast<U>(), o.sig = sig.template cast<U>();
+    o.w = w.template cast<U>(), o.x = x.template cast<U>(), o.nw = nw.template cast<U>();
+    o.H = H, o.P = P, o.G = G, o.N = N;
+    return o;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("head mean: Mamba-2-like composite, every length, head width and state size", "[head_mean]") {
+  for (Index L : {1, 7, 64, 257})
+    for (Index P : {1, 3, 64})
+      for (Index N : {1, 5, 16}) {
+        if (L == 257 && P == 64 && N != 16) continue;  // the widest heads once at the longest length
+        INFO("L = " << L << ", P = " << P << ", N = " << N);
+        const mamba2_like<double> m(L, 2, P, N);
+        const auto h = m.expr();
+        check_means<double>(h, h, L, P, P >= 2);
+        const auto mf = m.cast<float>();
+        check_means<float>(mf.expr(), h, L, P, P >= 2);
+      }
+}
+
+TEST_CASE("head mean: Mamba-2-like against a plain-loop dense oracle", "[head_mean]") {
+  const Index L = 70, H = 2, P = 3, N = 5, D = H * P, G = 2;
+  const mamba2_like<double> m(L, H, P, N);
+  const auto h = m.expr();
+  // The bound norm's diagonal, read back from the expression's first factor.
+  MatD nrm(L, D);
+  for (Index t = 0; t < L; ++t)
+    for (Index c = 0; c < D; ++c) nrm(t, c) = h.left().value(t, c, D);
+  MatD ref = MatD::Zero(L, L), refa = MatD::Zero(L, L);
+  for (Index c = 0; c < D; ++c) {
+    const MatD S = dense_semiseparable(m.lam, m.B, m.C, H, P, G, c);
+    MatD core = S * dense_diagonal(m.dt, c, L) + dense_diagonal(m.skip, c, L);
+    const MatD Hc = dense_diagonal(nrm, c, L) * dense_diagonal(m.z, c, L) * core * dense_diagonal(m.sig, c, L) *
+                    dense_conv(m.w, c, L);
+    ref += Hc / double(D);
+    refa += Hc.cwiseAbs() / double(D);
+  }
+  check_close(iattn::materialize_mean(h), ref, 1e-10);
+  check_close(iattn::materialize_mean(h, iattn::mean_options{.abs = true}), refa, 1e-10);
+  check_close(iattn::materialize_mean(h, {.abs = true}), refa, 1e-10);  // the braced form
+  check_close(iattn::materialize_mean(iattn::cpu{}, h, {.abs = true}), refa, 1e-10);
+}
+
+TEST_CASE("head mean: RetNet-like, linear attention, signed factors, token-constant diagonals", "[head_mean]") {
+  using namespace iattn;
+  for (Index L : {1, 7, 64, 257})
+    for (Index P : {3, 64})
+      for (Index N : {1, 5, 16}) {
+        if (L == 257 && N != 5) continue;  // the longest length once per head width
+        INFO("L = " << L << ", P = " << P << ", N = " << N);
+        const Index H = 2, D = H * P;
+        const MatD B = normal<double>(L, H * N), C = normal<double>(L, H * N), g = normal<double>(L, D);
+        const MatD v = normal<double>(L, D), rho = uniform<double>(L, D, 0.2, 1.0), cst = normal<double>(1, D);
+        MatD lam(L, H);
+        lam.col(0).setConstant(std::log(1 - 1.0 / 32));
+        lam.col(1).setConstant(std::log(1 - 1.0 / 512));
+        const auto S = semiseparable(lam, B, C, {.heads = H, .head_dim = P, .groups = H});
+        const MatD x = normal<double>(L, D);
+        const auto retnet = bind(diagonal(g) * group_norm<double>(H) * diagonal(rho) * S, x);
+        check_means<double>(retnet, retnet, L, P, true);
+        // Signed diagonals on both sides, one core, no convolution: |S| (|G||V|^T), with and
+        // without a skip band, and a token-constant factor.
+        const auto single = diagonal(g) * S * diagonal(v);
+        check_means<double>(single, single, L, P, true);
+        const auto banded = diagonal(cst) * (S * diagonal(v) + diagonal(cst)) * diagonal(g);
+        check_means<double>(banded, banded, L, P, true);
+        const auto two = 0.5 * (diagonal(g) * S * diagonal(v)) + (-2.0) * (S * diagonal(cst) * causal_conv(normal<double>(3, D)));
+        check_means<double>(two, two, L, P, true);
+        // Linear attention: no decay; row-normalised with positive features.
+        const MatD zero = MatD::Zero(L, H), Bp = uniform<double>(L, H * N, 0.1, 1), Cp = uniform<double>(L, H * N, 0.1, 1);
+        const auto lin = semiseparable(zero, B, C, {.heads = H, .head_dim = P, .groups = H}) * diagonal(v);
+        check_means<double>(lin, lin, L, P, true);
+        const auto normed = diagonal(rho) * row_normalize(semiseparable(zero, Bp, Cp, {.heads = H, .head_dim = P, .groups = H}));
+        check_means<double>(normed, normed, L, P, true);
+        const auto Sf = semiseparable(Mat<float>(lam.cast<float>()), Mat<float>(B.cast<float>()), Mat<float>(C.cast<float>()),
+                                      {.heads = H, .head_dim = P, .groups = H});
+        check_means<float>(diagonal(Mat<float>(g.cast<float>())) * Sf * diagonal(Mat<float>(v.cast<float>())), single, L, P,
+                           true);
+      }
+}
+
+TEST_CASE("head mean: per-state decays and resets share the head's core", "[head_mean]") {
+  using namespace iattn;
+  const Index L = 100, H = 3, P = 4, N = 5, D = H * P;
+  MatD lam = uniform<double>(L, H * N, -0.8, -0.01);
+  for (Index t = 20; t < L; t += 33) lam.row(t).setConstant(-std::numeric_limits<double>::infinity());
+  const MatD B = normal<double>(L, N), C = normal<double>(L, N), g = normal<double>(L, D), w = normal<double>(2, D);
+  const auto h = diagonal(g) * semiseparable(lam, B, C, {.heads = H, .head_dim = P}) * causal_conv(w);
+  check_means<double>(h, h, L, P, true);
+  // Strict form with a bonus (RWKV-6's shape with P > 1), alone and with a convolution.
+  const MatD bonus = normal<double>(H, N), v = normal<double>(L, D);
+  const auto strict = diagonal(g) * semiseparable(lam, B, C, bonus, {.heads = H, .head_dim = P}) * diagonal(v);
+  check_means<double>(strict, strict, L, P, true);
+  const auto strict_conv = strict * causal_conv(w);
+  check_means<double>(strict_conv, strict_conv, L, P, true);
+  // Rows right after a reset see nothing of the tokens before it (exact zeros).
+  const MatD m = materialize_mean(h, mean_options{.abs = true});
+  for (Index t = 20; t < L; t += 33)
+    for (Index s = 0; s + 2 <= t; ++s) REQUIRE(m(t, s) == 0.0);
+}
+
+TEST_CASE("head mean: the models' H against per-channel means", "[head_mean]") {
+  using namespace iattn;
+  using namespace iattn::models;
+  auto check = [](const auto& H, Index P) {
+    const Index L = H.length(), D = H.channels();
+    REQUIRE(cpu_detail::head_dim_of(H) == P);
+    for (bool abs : {false, true}) {
+      check_close(materialize_mean(H, mean_options{.abs = abs}), dense_mean(H, L, 0, D, abs), 1e-10);
+      check_close(materialize_mean(H, mean_options{.abs = abs, .head = 1}), dense_mean(H, L, P, 2 * P, abs), 1e-10);
+    }
+  };
+  const MatD u = normal<double>(40, 32);
+  check(mamba2_decompose(mamba2_init<double>({.d_model = 32, .d_state = 16, .headdim = 16, .ngroups = 2}, 3), u).H, 16);
+  check(retnet_decompose(retnet_init<double>({.embed_dim = 32, .value_dim = 64, .num_heads = 4}, 4), u).H, 16);
+  check(gla_decompose(gla_init<double>({.hidden_size = 32, .key_dim = 16, .value_dim = 32, .num_heads = 2, .gate_low_rank_dim = 8}, 5), u).H,
+        16);
+  check(linear_attention_decompose(linear_attention_init<double>({.d_model = 32, .n_heads = 2, .d_keys = 8, .d_values = 16}, 6), u).H,
+        16);
+}
+
+TEST_CASE("head mean: expressions without heads, empty sequences", "[head_mean]") {
+  using namespace iattn;
+  const Index L = 30, D = 4, N = 3;
+  const MatD lam = uniform<double>(L, D * N, -0.6, -0.01), B = normal<double>(L, N), C = normal<double>(L, N);
+  const auto S = semiseparable(lam, B, C, {.heads = D});  // Mamba-1: one channel per head
+  const auto h = S * causal_conv(normal<double>(3, D));
+  check_means<double>(h, h, L, 1, false);
+  const auto conv = causal_conv(normal<double>(3, D));  // no heads at all: channel ranges only
+  check_close(materialize_mean(conv, mean_options{.abs = true, .channels = range{1, 3}}, L), dense_mean(conv, L, 1, 3, true),
+              1e-12);
+  const auto S0 = semiseparable(MatD(0, 2), MatD(0, N), MatD(0, N), {.heads = 2, .head_dim = 3});
+  REQUIRE(materialize_mean(S0, mean_options{.abs = true, .head = 1}).size() == 0);
+  REQUIRE(materialize_head_means(S0).dims == std::array<Index, 3>{2, 0, 0});
+  REQUIRE(materialize_all(S0).dims == std::array<Index, 3>{6, 0, 0});
+}
+
+TEST_CASE("head mean: bad arguments throw naming the argument and the shapes", "[head_mean]") {
+  using namespace iattn;
+  const Index L = 10, H = 2, P = 3, N = 2;
+  const MatD lam = uniform<double>(L, H, -0.6, -0.01), B = normal<double>(L, N), C = normal<double>(L, N);
+  const auto S = semiseparable(lam, B, C, {.heads = H, .head_dim = P});
+  auto message = [](auto&& f) {
+    try {
+      f();
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("no throw");
+  };
+  CHECK(message([&] { materialize_mean(S, mean_options{.head = 2}); }) ==
+        "materialize_mean: options.head = 2 is out of range [0, H=2) (D=6, P=3)");
+  CHECK(message([&] { materialize_mean(S, mean_options{.head = -1}); }).find("options.head = -1") != std::string::npos);
+  CHECK(message([&] { materialize_mean(S, mean_options{.channels = range{2, 2}}); }) ==
+        "materialize_mean: options.channels = [2, 2) is not a non-empty range inside [0, D=6)");
+  CHECK(message([&] { materialize_mean(S, mean_options{.channels = range{4, 7}}); }).find("[4, 7)") != std::string::npos);
+  CHECK(message([&] { materialize_mean(S, mean_options{.head = 0, .channels = range{0, 1}}); }).find("both set") !=
+        std::string::npos);
+  CHECK(message([&] { materialize_mean(causal_conv(normal<double>(2, 3)), mean_options{.head = 0}, L); })
+            .find("has no heads") != std::string::npos);
+  CHECK(message([&] { materialize_head_means(S, mean_options{.head = 0}); }).find("must be unset") != std::string::npos);
+  Tensor3<double> wrong(6, L, L + 1);
+  CHECK(message([&] { materialize_all_into(wrong, S); }) ==
+        "materialize_all_into: out has shape (6, 10, 11) but expected (D=6, L=10, L=10)");
+  const auto unbound = group_norm<double>(1) * S;
+  CHECK(message([&] { materialize_all(unbound); }).find("unbound GroupNorm") != std::string::npos);
+}
