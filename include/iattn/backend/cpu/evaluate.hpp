@@ -23,6 +23,21 @@
 
 namespace iattn::cpu_detail {
 
+/// Whether the expression type N contains the node type Leaf anywhere (compile time), so that
+/// evaluators instantiate only the kernels an expression can reach.
+template <class Leaf, class N>
+inline constexpr bool contains_v = std::is_same_v<Leaf, N>;
+template <class Leaf, class A, class B>
+inline constexpr bool contains_v<Leaf, Product<A, B>> = contains_v<Leaf, A> || contains_v<Leaf, B>;
+template <class Leaf, class A, class B>
+inline constexpr bool contains_v<Leaf, Sum<A, B>> = contains_v<Leaf, A> || contains_v<Leaf, B>;
+template <class Leaf, class A>
+inline constexpr bool contains_v<Leaf, Scaled<A>> = contains_v<Leaf, A>;
+template <class Leaf, class A>
+inline constexpr bool contains_v<Leaf, Flip<A>> = contains_v<Leaf, A>;
+template <class Leaf, class A>
+inline constexpr bool contains_v<Leaf, RowNormalize<A>> = contains_v<Leaf, A>;
+
 /// Writes tile (bi, bj) of channel c's matrix, or zeros where the structure says so.
 template <class Node, class T>
 void structured_block(const channel_eval<Node, T>& ev, Index i0, Index i1, Index j0, Index j1, tile<T> out) {
@@ -102,16 +117,19 @@ Matrix<T> materialize_mean_tiles(const Node& n, const context& cx, mean_request 
 template <class T, class Node>
 Matrix<T> materialize_mean(const Node& n, const context& cx, mean_request rq, mean_path path = mean_path::automatic) {
   if (cx.L == 0 || rq.c1 <= rq.c0) return Matrix<T>::Zero(cx.L, cx.L);
-  if (path != mean_path::channels) {
-    head_plan<T> plan;
-    if (make_head_plan<T>(n, cx, plan) && (path == mean_path::heads || rq.abs || plan.cheaper_than_channel_gemm(cx))) {
-      Matrix<T> out = Matrix<T>::Zero(cx.L, cx.L);
-      head_means<T>(plan, cx, rq.abs).run(cx, rq.c0, rq.c1, out.data(), false);
-      return out;
+  constexpr bool has_S = contains_v<Semiseparable<T>, Node>, has_R = contains_v<LinearRecurrence<T>, Node>;
+  if constexpr (has_S) {  // heads exist only where a Semiseparable is
+    if (path != mean_path::channels) {
+      head_plan<T> plan;
+      if (make_head_plan<T>(n, cx, plan) && (path == mean_path::heads || rq.abs || plan.cheaper_than_channel_gemm(cx))) {
+        Matrix<T> out = Matrix<T>::Zero(cx.L, cx.L);
+        head_means<T>(plan, cx, rq.abs).run(cx, rq.c0, rq.c1, out.data(), false);
+        return out;
+      }
     }
   }
   mean_terms<T> terms;
-  if (!rq.abs && expand_mean<T>(n, cx, terms)) return mean_of_terms(terms, cx, rq.c0, rq.c1);
+  if (!rq.abs && expand_mean<T>(n, cx, terms)) return mean_of_terms<T, has_S, has_R>(terms, cx, rq.c0, rq.c1);
   return materialize_mean_tiles<T>(n, cx, rq);
 }
 template <class T, class Node>

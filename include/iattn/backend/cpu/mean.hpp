@@ -585,16 +585,19 @@ void mean_band_term(const mean_term<T>& term, const context& cx, Matrix<T>& out,
 /// The channel mean of a sum of terms over channels [cb, ce) (default: all), (L, L). The terms with
 /// a core add their means transposed (their products' packs run along the output's columns), so
 /// those go first, then one transposition.
-template <class T>
+/// HasS / HasR: whether the expression contains a Semiseparable / a LinearRecurrence at all, so a
+/// translation unit compiles only the core kinds its expressions have (each mean_core_term kind is
+/// several large kernels; issue 19 part 5).
+template <class T, bool HasS = true, bool HasR = true>
 Matrix<T> mean_of_terms(const mean_terms<T>& terms, const context& cx, Index cb = 0, Index ce = any) {
   Matrix<T> out = Matrix<T>::Zero(cx.L, cx.L);
   if (cx.L == 0 || cx.D == 0) return out;
   bool cores = false;
   for (const auto& term : terms) {
-    if (term.S)
-      mean_core_term<T, log_decay>(term, cx, cb, ce).accumulate(out);
-    else if (term.R)
-      mean_core_term<T, linear_decay>(term, cx, cb, ce).accumulate(out);
+    if constexpr (HasS)
+      if (term.S) mean_core_term<T, log_decay>(term, cx, cb, ce).accumulate(out);
+    if constexpr (HasR)
+      if (!term.S && term.R) mean_core_term<T, linear_decay>(term, cx, cb, ce).accumulate(out);
     cores = cores || term.has_core();
   }
   if (cores) out.transposeInPlace();  // square: Eigen swaps in place (4x faster than a blocked loop of ours)

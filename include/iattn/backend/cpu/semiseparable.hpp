@@ -42,23 +42,25 @@ bool takes_chunked_apply(const Semiseparable<T>& n) {
 template <class T>
 struct slab_eval<Semiseparable<T>> {
   static void apply(const Semiseparable<T>& n, const context& cx, Index c0, Index nc, const T* x, T* y) {
-    run<false>(n, cx, c0, nc, x, y, nullptr);
+    run(false, n, cx, c0, nc, x, y, nullptr);
   }
   /// y = post * (S (pre * x)), the diagonal factors applied per token inside the scan.
   static void apply_scaled(const Semiseparable<T>& n, const context& cx, Index c0, Index nc, const T* x, T* y,
                            const row_ops<T>& sc) {
-    run<false>(n, cx, c0, nc, x, y, &sc);
+    run(false, n, cx, c0, nc, x, y, &sc);
   }
   static void apply_t(const Semiseparable<T>& n, const context& cx, Index c0, Index nc, const T* x, T* y) {
-    run<true>(n, cx, c0, nc, x, y, nullptr);
+    run(true, n, cx, c0, nc, x, y, nullptr);
   }
 
  private:
-  template <bool Transposed>
-  static void run(const Semiseparable<T>& n, const context& cx, Index c0, Index nc, const T* x, T* y, const row_ops<T>* sc) {
-    if (n.factored() && n.head_dim() == 1) return run_across_channels<Transposed>(n, cx, c0, nc, x, y, sc);
-    if constexpr (!Transposed)
-      if (takes_chunked_apply(n)) return run_chunked(n, cx, c0, nc, x, y, sc);
+  // The direction is a runtime flag, not a template parameter: it decides a few indices per token,
+  // never the per-state arithmetic, and one instantiation serves apply and apply_t (compile time,
+  // docs/performance.md "Compile time").
+  static void run(bool transposed, const Semiseparable<T>& n, const context& cx, Index c0, Index nc, const T* x, T* y,
+                  const row_ops<T>* sc) {
+    if (n.factored() && n.head_dim() == 1) return run_across_channels(transposed, n, cx, c0, nc, x, y, sc);
+    if (!transposed && takes_chunked_apply(n)) return run_chunked(n, cx, c0, nc, x, y, sc);
     std::vector<T> xbuf(static_cast<std::size_t>(nc));
     const Index L = cx.L, N = n.state(), P = n.head_dim();
     const bool per_state = n.per_state(), strict = n.strict();
@@ -78,8 +80,8 @@ struct slab_eval<Semiseparable<T>> {
                        std::min(c0 + nc, (h + 1) * P) - c0, strict && n.has_bonus() ? n.bonus().row(h) : nullptr});
     std::vector<T> state(static_cast<std::size_t>(nc * N), T(0)), dec(static_cast<std::size_t>(nh * Nd));
     for (Index i = 0; i < L; ++i) {
-      const Index t = Transposed ? L - 1 - i : i;
-      const Index k = (Transposed && !strict) ? t + 1 : t;  // token whose decay this step applies
+      const Index t = transposed ? L - 1 - i : i;
+      const Index k = (transposed && !strict) ? t + 1 : t;  // token whose decay this step applies
       if (k < L) {  // the decays of all the slab's heads: one contiguous run of log-decays
         const T* l = lam.row(k) + h_begin * (n.factored() ? 1 : Nd);
         if (n.factored()) {  // dt[k, h] * A[h, m], formed in dec and exponentiated in place
@@ -97,8 +99,8 @@ struct slab_eval<Semiseparable<T>> {
       const T* xt = input_row(sc, t, c0, nc, x, xbuf.data());
       T* yt = output_row(sc, t, nc, y);
       for (const head_span& hs : spans) {
-        const T* in = (Transposed ? Crow : Brow) + hs.g_off;
-        const T* out = (Transposed ? Brow : Crow) + hs.g_off;
+        const T* in = (transposed ? Crow : Brow) + hs.g_off;
+        const T* out = (transposed ? Brow : Crow) + hs.g_off;
         const T* d = dec.data() + hs.dec_off;
         for (Index j = hs.c_begin; j < hs.c_end; ++j) {
           T* h = state.data() + j * N;
@@ -192,9 +194,8 @@ struct slab_eval<Semiseparable<T>> {
   // Factored decay with one channel per head (Mamba-1): vectorised across channels, the state of
   // the slab stored state-major (N, nc), each decay exp2(dt[t, c] * A[c, m] * log2 e) formed in a
   // register. No horizontal reductions, and L*nc + nc*N decay inputs instead of L*nc*N.
-  template <bool Transposed>
-  static void run_across_channels(const Semiseparable<T>& n, const context& cx, Index c0, Index nc, const T* x,
-                                  T* y, const row_ops<T>* sc) {
+  static void run_across_channels(bool transposed, const Semiseparable<T>& n, const context& cx, Index c0, Index nc,
+                                  const T* x, T* y, const row_ops<T>* sc) {
     std::vector<T> xbuf(static_cast<std::size_t>(nc));
     const Index L = cx.L, N = n.state();
     const bool strict = n.strict();
@@ -255,11 +256,11 @@ struct slab_eval<Semiseparable<T>> {
     const bool one_post = sc && sc->post.size() == 1;
     const Index ystride = sc ? sc->ldy * Index(sizeof(T)) : 0;
     for (Index i = 0; i < L; ++i) {
-      const Index t = Transposed ? L - 1 - i : i;
-      const Index k = (Transposed && !strict) ? t + 1 : t;
+      const Index t = transposed ? L - 1 - i : i;
+      const Index k = (transposed && !strict) ? t + 1 : t;
       const T* dtr = k < L ? dt.row(k) + c0 : zero.data();  // k = L: the state is still zero
       const bool bounded = rate_nonpos && all_within(dtr, nc, dt_max);
-      const Index ahead = Transposed ? t - prefetch_ahead : t + prefetch_ahead;
+      const Index ahead = transposed ? t - prefetch_ahead : t + prefetch_ahead;
       const char* pf[max_streams];
       const int npf = ahead >= 0 && ahead < L ? nreads : 0;
       for (int q = 0; q < npf; ++q) pf[q] = reads[q].base + ahead * reads[q].stride;
@@ -269,8 +270,8 @@ struct slab_eval<Semiseparable<T>> {
       const T* post = one_post ? sc->post[0].row(t) + c0 : nullptr;  // else finish_row scales yt
       for (const group_run& run : runs) {
         const Index j0 = run.j0, j1 = run.j1, g_off = run.g_off;
-        const T* in = (Transposed ? n.C().row(t) : n.B().row(t)) + g_off;
-        const T* out = (Transposed ? n.B().row(t) : n.C().row(t)) + g_off;
+        const T* in = (transposed ? n.C().row(t) : n.B().row(t)) + g_off;
+        const T* out = (transposed ? n.B().row(t) : n.C().row(t)) + g_off;
         auto sweep = [&]<bool Strict, bool Bounded>() {  // two packs at a time, then one, then single channels
           constexpr int W = simd::width<T>;
           Index j = j0;

@@ -33,6 +33,8 @@ struct pack<T, 1> {
   T v;
   static pack load(const T* p) { return {*p}; }
   static pack broadcast(T x) { return {x}; }
+  /// Lane k holds x0 + k.
+  static pack iota(T x0) { return {x0}; }
   void store(T* p) const { *p = v; }
   friend pack operator+(pack a, pack b) { return {a.v + b.v}; }
   friend pack operator-(pack a, pack b) { return {a.v - b.v}; }
@@ -68,6 +70,11 @@ struct pack<T, W> {
   batch v;
   static pack load(const T* p) { return {batch::load_unaligned(p)}; }
   static pack broadcast(T x) { return {batch(x)}; }
+  static pack iota(T x0) {
+    alignas(64) T a[W];
+    for (int k = 0; k < W; ++k) a[k] = x0 + T(k);
+    return {batch::load_aligned(a)};
+  }
   void store(T* p) const { v.store_unaligned(p); }
   friend pack operator+(pack a, pack b) { return {a.v + b.v}; }
   friend pack operator-(pack a, pack b) { return {a.v - b.v}; }
