@@ -130,6 +130,35 @@ struct rwkv4 {
   }
 };
 
+// The delta-rule family (issue 20): Qwen3-Next's Gated DeltaNet at its head shape (dk = dv = 128;
+// 2 key heads, 4 value heads: D = 512) and RWKV-7 time mixing (C = 512, head_dim 64). Their N is
+// the key width; apply's items are L * D * N state updates as for the other models.
+struct qwen3_next_gdn {
+  static constexpr const char* name = "qwen3_next";
+  static constexpr Index N = 128;
+  static auto make(Index L) {
+    static const auto w = qwen3_next_init<float>({.hidden_size = 512, .linear_num_value_heads = 4, .linear_num_key_heads = 2,
+                                                  .linear_key_head_dim = 128, .linear_value_head_dim = 128},
+                                                 5);
+    return qwen3_next_decompose(w, sample_input(L, 512));
+  }
+};
+struct rwkv7_tmix {
+  static constexpr const char* name = "rwkv7";
+  static constexpr Index N = 64;
+  static auto make(Index L) {
+    static const auto w = [] {
+      auto w = rwkv7_init<float>({.hidden_size = 512, .head_dim = 64, .decay_low_rank_dim = 32, .a_low_rank_dim = 32,
+                                  .v_low_rank_dim = 32, .gate_low_rank_dim = 64},
+                                 6);
+      iattn::models::init::generator g(60);
+      w.o_proj_weight = iattn::models::init::normal<float>(g, 512, 512, 0.05);
+      return w;
+    }();
+    return rwkv7_decompose(w, sample_input(L, 512));
+  }
+};
+
 template <class Model>
 const auto& decomposition(Index L) {
   using Dec = decltype(Model::make(Index(1)));
@@ -184,6 +213,33 @@ void BM_row(benchmark::State& st) {
   }
   st.SetItemsProcessed(st.iterations() * L * D * Model::N);
   st.SetBytesProcessed(st.iterations() * L * D * Index(sizeof(float)));
+}
+
+// The delta-rule models' apply as a fraction of the FMA peak: the recurrence's multiply-adds per
+// token and head are (2R + 2) N P (R = 1: read a^T S, scale and update S, write k v^T, read S^T q),
+// counted as flops = 2 * 4 * L * D * N; their channel mean's floor is one core per head, 2 L(L+1)/2 H N.
+template <class Model>
+void BM_delta_apply(benchmark::State& st) {
+  const auto& d = decomposition<Model>(st.range(0));
+  const Index L = d.x.rows(), D = d.x.cols();
+  for (auto _ : st) {
+    Mat y = iattn::apply(d.H, d.x);
+    benchmark::DoNotOptimize(y.data());
+  }
+  st.SetItemsProcessed(st.iterations() * L * D * Model::N);
+  st.counters["flops"] = benchmark::Counter(8.0 * double(L) * double(D) * double(Model::N) * double(st.iterations()), benchmark::Counter::kIsRate);
+}
+template <class Model>
+void BM_delta_mean(benchmark::State& st) {
+  const auto& d = decomposition<Model>(st.range(0));
+  const Index L = d.x.rows(), H = d.x.cols() / Model::N;
+  for (auto _ : st) {
+    Mat m = iattn::materialize_mean(d.H);
+    benchmark::DoNotOptimize(m.data());
+  }
+  st.SetItemsProcessed(st.iterations() * L * L);
+  st.counters["flops"] = benchmark::Counter(double(L) * double(L + 1) * double(H) * double(Model::N) * double(st.iterations()),
+                                            benchmark::Counter::kIsRate);
 }
 
 // ---- structured channel means and materialize_all (issue 19 part 3, docs/performance.md) --------
@@ -317,6 +373,16 @@ IATTN_MODEL_BENCH(mamba1)
 IATTN_MODEL_BENCH(mamba2)
 IATTN_MODEL_BENCH(griffin)
 IATTN_MODEL_BENCH(rwkv4)
+void delta_lengths(benchmark::internal::Benchmark* b) {
+  for (Index L : {1024, 4096}) b->Arg(L);
+  b->Unit(benchmark::kMillisecond)->UseRealTime();
+}
+BENCHMARK_TEMPLATE(BM_delta_apply, qwen3_next_gdn)->Apply(delta_lengths);
+BENCHMARK_TEMPLATE(BM_materialize, qwen3_next_gdn)->Apply(delta_lengths);
+BENCHMARK_TEMPLATE(BM_delta_mean, qwen3_next_gdn)->Arg(1024)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(1);
+BENCHMARK_TEMPLATE(BM_delta_apply, rwkv7_tmix)->Apply(delta_lengths);
+BENCHMARK_TEMPLATE(BM_materialize, rwkv7_tmix)->Apply(delta_lengths);
+BENCHMARK_TEMPLATE(BM_delta_mean, rwkv7_tmix)->Arg(1024)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(1);
 BENCHMARK_TEMPLATE(BM_materialize_mean, mamba1)->Apply(mean_lengths);
 BENCHMARK_TEMPLATE(BM_materialize_mean, mamba2)->Apply(mean_lengths);
 BENCHMARK_TEMPLATE(BM_materialize_mean, griffin)->Apply(mean_lengths);

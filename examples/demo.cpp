@@ -198,6 +198,31 @@ int main(int argc, char** argv) {
   add(run_model(st, "mlstm", "xLSTM mLSTM layer (stabilised matrix memory)", u,
                 [&](Index l) { return mlstm_init<float>({.embedding_dim = d}, 1500 + std::uint64_t(l)); },
                 [](const auto& w, const Mat& x) { return mlstm_forward(w, x); }, [](const auto& w, const Mat& x) { return mlstm_decompose(w, x); }));
+  add(run_model(st, "qwen3_next", "Qwen3-Next Gated DeltaNet (delta rule: decay and key removal)", u,
+                [&](Index l) {
+                  return qwen3_next_init<float>({.hidden_size = d, .linear_num_value_heads = 4, .linear_num_key_heads = 2,
+                                                 .linear_key_head_dim = d / 8, .linear_value_head_dim = d / 4}, 1600 + std::uint64_t(l));
+                },
+                [](const auto& w, const Mat& x) { return qwen3_next_forward(w, x); }, [](const auto& w, const Mat& x) { return qwen3_next_decompose(w, x); }));
+  add(run_model(st, "deltanet", "DeltaNet (fla): the ungated delta rule", u,
+                [&](Index l) {
+                  return deltanet_init<float>({.hidden_size = d, .head_dim = d / 4, .expand_v = 1, .num_heads = 4, .gated = false, .use_gate = false},
+                                              1700 + std::uint64_t(l));
+                },
+                [](const auto& w, const Mat& x) { return deltanet_forward(w, x); }, [](const auto& w, const Mat& x) { return deltanet_decompose(w, x); }));
+  add(run_model(st, "kimi_delta", "Kimi Delta Attention: per-key gate, then key removal", u,
+                [&](Index l) { return kimi_linear_init<float>({.hidden_size = d, .linear_num_heads = 4, .linear_head_dim = d / 4}, 1800 + std::uint64_t(l)); },
+                [](const auto& w, const Mat& x) { return kimi_linear_forward(w, x); }, [](const auto& w, const Mat& x) { return kimi_linear_decompose(w, x); }));
+  add(run_model(st, "rwkv7", "RWKV-7 time mixing: diagonal plus rank-one transition, bonus, group norm", u,
+                [&](Index l) {
+                  // every layer as a first layer (no value residual); o_proj drawn (the reference init zeroes it)
+                  auto w = rwkv7_init<float>({.hidden_size = d, .head_dim = std::min<Index>(64, d / 4), .decay_low_rank_dim = 16, .a_low_rank_dim = 16,
+                                              .v_low_rank_dim = 16, .gate_low_rank_dim = 32, .num_hidden_layers = st.layers}, 1900 + std::uint64_t(l));
+                  init::generator g(1950 + std::uint64_t(l));
+                  w.o_proj_weight = init::normal<float>(g, d, d, 1.0 / std::sqrt(double(d)));
+                  return w;
+                },
+                [](const auto& w, const Mat& x) { return rwkv7_forward(w, x); }, [](const auto& w, const Mat& x) { return rwkv7_decompose(w, x); }));
 
   explain::write_text(st.out + "/index.html", index_html(rows, st));
   std::printf("gallery: %s/index.html (%zu models)\n", st.out.c_str(), rows.size());

@@ -6,6 +6,7 @@
 #include "algebra.hpp"
 #include "bind.hpp"
 #include "causal_conv.hpp"
+#include "complex_semiseparable.hpp"
 #include "diagonal.hpp"
 #include "head_mean.hpp"
 #include "linear_recurrence.hpp"
@@ -15,6 +16,7 @@
 #include "semiseparable.hpp"
 #include "softmax_attention.hpp"
 #include "tile.hpp"
+#include "transition.hpp"
 #include "wkv.hpp"
 
 #include <algorithm>
@@ -118,7 +120,7 @@ template <class T, class Node>
 Matrix<T> materialize_mean(const Node& n, const context& cx, mean_request rq, mean_path path = mean_path::automatic) {
   if (cx.L == 0 || rq.c1 <= rq.c0) return Matrix<T>::Zero(cx.L, cx.L);
   constexpr bool has_S = contains_v<Semiseparable<T>, Node>, has_R = contains_v<LinearRecurrence<T>, Node>;
-  if constexpr (has_S) {  // heads exist only where a Semiseparable is
+  if constexpr (has_S || contains_v<Transition<T>, Node>) {  // heads exist only where these are
     if (path != mean_path::channels) {
       head_plan<T> plan;
       if (make_head_plan<T>(n, cx, plan) && (path == mean_path::heads || rq.abs || plan.cheaper_than_channel_gemm(cx))) {

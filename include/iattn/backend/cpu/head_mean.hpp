@@ -2,7 +2,8 @@
 //
 // Form (as in mean.hpp): a sum of terms  w · diag(P) · Core · diag(Q) · [Conv], the core a node
 // whose matrix depends on the channel only through its head h = c / P (a Semiseparable with
-// P >= 2 channels per head, any decay form, or row_normalize of one) or absent (a band term).
+// P >= 2 channels per head, any decay form, or row_normalize of one; a Transition, the delta-rule
+// family's per-head matrix) or absent (a band term).
 // Channel c of head h:
 //   H^c[t, s] = Σ_k w_k P_k,t[c] Σ_{lag<K_k} Core_k,h[t, s+lag] Q_k,s+lag[c] tap_k(lag, c)
 //             + Σ_b w_b P_b,t[c] Q_b,t[c] tap_b(t-s, c)                  (band: 0 <= t-s < K_b)
@@ -24,12 +25,14 @@
 #include "../../ops/causal_conv.hpp"
 #include "../../ops/row_normalize.hpp"
 #include "../../ops/semiseparable.hpp"
+#include "../../ops/transition.hpp"
 #include "algebra.hpp"
 #include "mean.hpp"
 #include "parallel.hpp"
 #include "semiseparable.hpp"
 #include "simd.hpp"
 #include "tile.hpp"
+#include "transition.hpp"
 
 #include <algorithm>
 #include <functional>
@@ -45,6 +48,8 @@ template <class>
 inline constexpr bool is_semiseparable_node_v = false;
 template <class T>
 inline constexpr bool is_semiseparable_node_v<Semiseparable<T>> = true;
+template <class T>
+inline constexpr bool is_semiseparable_node_v<Transition<T>> = true;  // head-shared likewise
 
 template <class Node>
 Index head_dim_of(const Node& n) {
@@ -106,14 +111,15 @@ template <class T, class Node>
 bool expand_head(const Node& n, const context& cx, Index& P, std::vector<head_term<T>>& out) {
   out.clear();
   head_term<T> one;
-  auto core = [&](const auto& node, const Semiseparable<T>& S, bool plain) {
-    if (S.head_dim() < 2 || (P != 0 && P != S.head_dim())) return false;
-    P = S.head_dim();
+  // node's matrix is its head's (head_dim channels per head, state N): one evaluator per head
+  auto core = [&](const auto& node, Index head_dim, Index state, bool plain) {
+    if (head_dim < 2 || (P != 0 && P != head_dim)) return false;
+    P = head_dim;
     using C = std::remove_cvref_t<decltype(node)>;
     one.core = [&node](const context& c, Index ch) -> std::unique_ptr<head_core<T>> {
       return std::make_unique<head_core_of<C, T>>(node, c, ch);
     };
-    one.state = S.state() + (plain ? 0 : 1);
+    one.state = state;
     one.plain = plain;
     return true;
   };
@@ -130,9 +136,14 @@ bool expand_head(const Node& n, const context& cx, Index& P, std::vector<head_te
   } else if constexpr (std::is_same_v<Node, CausalConv<T>>) {
     one.conv = &n;
   } else if constexpr (std::is_same_v<Node, Semiseparable<T>>) {
-    if (!core(n, n, true)) return false;
+    if (!core(n, n.head_dim(), n.state(), true)) return false;
   } else if constexpr (std::is_same_v<Node, RowNormalize<Semiseparable<T>>>) {
-    if (!core(n, n.inner(), false)) return false;  // diag(1 / (S_h 1)) S_h: shared by the head too
+    // diag(1 / (S_h 1)) S_h: shared by the head too
+    if (!core(n, n.inner().head_dim(), n.inner().state() + 1, false)) return false;
+  } else if constexpr (std::is_same_v<Node, Transition<T>>) {
+    // the head's matrix (backend/cpu/transition.hpp computes it once per head); mean.hpp's
+    // (channel, state) GEMMs cannot take it (plain = false)
+    if (!core(n, n.head_dim(), n.state(), false)) return false;
   } else if constexpr (is_scaled_node<Node>::value) {
     if (!expand_head<T>(n.inner(), cx, P, out)) return false;
     for (auto& t : out) t.weight *= n.factor();
