@@ -1,4 +1,4 @@
-// The delta-rule models (issue 20): each model's exact decomposition against its own recurrent
+// The delta-rule models and complex decays (issue 20): each model's exact decomposition against its own recurrent
 // forward, decompose(w, u) == attention(activations(w, u)), the inner output without the out
 // projection, the final state against the forward's, the head's transition against a dense oracle
 // built from explicit N x N transition matrices, and shape errors naming the field.
@@ -8,6 +8,7 @@
 #include <iattn/models/kimi_linear.hpp>
 #include <iattn/models/qwen3_next.hpp>
 #include <iattn/models/rwkv7.hpp>
+#include <iattn/models/s4d.hpp>
 
 #include <vector>
 
@@ -335,4 +336,22 @@ TEST_CASE("delta-rule models: an empty sequence gives an empty output", "[models
   const auto r7 = small_rwkv7<T>(4, 0);
   check(decompose(r7, u0), rwkv7_forward(r7, u0), 24);
   REQUIRE(final_state(activations(q, u0)).cwiseAbs().maxCoeff() == 0.0);
+}
+
+// ---- complex decays: S4D as a complex recurrence against the long-convolution S4D ---------------
+
+TEMPLATE_TEST_CASE("S4D as a complex recurrence equals the long convolution", "[models][s4d][complex]", float, double) {
+  using T = TestType;
+  const auto w = s4d_init<T>({.d_model = 12, .d_state = 16}, 21);
+  for (Index L : model_lengths) {
+    INFO("L = " << L);
+    const auto u = sample_input<T>(L, 12, 130 + std::uint64_t(L));
+    const auto d = s4d_recurrent_decompose(w, u);
+    check_exact<T>(s4d_forward(w, u), d);
+    const auto conv = iattn::causal_conv(s4d_kernel_taps(w, L));
+    const auto rec = s4d_recurrence(w, L);
+    for (Index c : {Index(0), Index(11)})
+      check_close(dd(Matrix<T>(iattn::materialize(rec, c, L))), dd(Matrix<T>(iattn::materialize(conv, c, L))), model_tol<T>());
+    check_close(dd(d.output()), dd(s4d_decompose(w, u).output()), model_tol<T>());
+  }
 }

@@ -15,6 +15,11 @@
 //
 // From activations (docs/models.md): s4d_activations holds u, the kernel k (H, L) and D;
 // attention(acts) is the decomposition. No final_state: the activations hold the kernel, not the modes.
+//
+// As a complex recurrence (s4d_recurrence, s4d_recurrent_decompose): the same matrix as
+// ComplexSemiseparable(rho = Re(dt A), theta = Im(dt A), B = 1, C = 2 C') with one head per channel
+// and N/2 complex states, so H = diag(Phi(y)) (S_complex + diag(D)) is evaluated without the L-tap
+// kernel (O(L N) per channel for apply instead of O(L^2)).
 #pragma once
 
 #include "../iattn.hpp"
@@ -201,5 +206,41 @@ auto decompose(const s4d_weights<T>& w, const Matrix<T>& u) { return attention(a
 /// The exact decomposition (the named form of decompose).
 template <Scalar T>
 auto s4d_decompose(const s4d_weights<T>& w, const Matrix<T>& u) { return decompose(w, u); }
+
+/// The SSM's kernel as a complex recurrence over L tokens: per channel h (one head each, P = 1),
+/// N/2 states with log-decay dt A_n (rho = Re, theta = Im, token-independent (1, H*N/2) rows), B = 1
+/// and C = 2 C' (the ZOH weight). materialize(s4d_recurrence(w, L), h) equals the long
+/// convolution's Toeplitz matrix of s4d_kernel_taps(w, L).
+template <Scalar T>
+ComplexSemiseparable<T> s4d_recurrence(const s4d_weights<T>& w, Index L) {
+  w.check();
+  const Index H = w.config.d_model, M = w.config.modes();
+  Matrix<T> rho(1, H * M), theta(1, H * M), Cre(L, H * M), Cim(L, H * M);
+  for (Index h = 0; h < H; ++h)
+    for (Index n = 0; n < M; ++n) {
+      std::complex<T> pole, weight;
+      const std::complex<T> dtA = s4d_detail::modes(w, h, n, pole, weight);
+      rho(0, h * M + n) = dtA.real();
+      theta(0, h * M + n) = dtA.imag();
+      Cre.col(h * M + n).setConstant(T(2) * weight.real());
+      Cim.col(h * M + n).setConstant(T(2) * weight.imag());
+    }
+  return complex_semiseparable(std::move(rho), std::move(theta), Matrix<T>(Matrix<T>::Ones(L, H * M)),
+                               Matrix<T>(Matrix<T>::Zero(L, H * M)), std::move(Cre), std::move(Cim),
+                               {.heads = H, .head_dim = 1, .groups = H, .state = M});
+}
+
+/// The exact decomposition with the SSM as a complex recurrence instead of a long convolution:
+/// s4d_forward(w, u) == d.output(); same x, beta and output projection as s4d_decompose.
+template <Scalar T>
+auto s4d_recurrent_decompose(const s4d_weights<T>& w, const Matrix<T>& u) {
+  w.check();
+  detail::require_shape(u.cols() == w.config.d_model, "s4d", "u", u.rows(), u.cols(), "(L, d_model=" + std::to_string(w.config.d_model) + ")");
+  const Index L = u.rows(), H = u.cols();
+  auto ssm = s4d_recurrence(w, L) + diagonal(w.D);
+  const Matrix<T> y = apply(ssm, u);
+  auto Hop = diagonal(nn::map<T>(y, [](T v) { return T(0.5) * std::erfc(-v / std::numbers::sqrt2_v<T>); })) * std::move(ssm);
+  return make_decomposition<T>(u, std::move(Hop), Matrix<T>(Matrix<T>::Zero(L, H)), Matrix<T>(Matrix<T>::Identity(H, H)));
+}
 
 }  // namespace iattn::models

@@ -96,11 +96,18 @@ void sincos(P x, P& s, P& c) {
 /// angle beyond sincos_limit (or infinite), or a log-magnitude that is NaN or above 80 (only with
 /// allow_growth), takes std::exp, std::cos and std::sin in double, lane by lane: xsimd's double exp
 /// converts its argument to an integer, which NaN and +inf have none of.
+/// ahead_rho and ahead_theta, when given, are the rows a later call will read: their cache lines
+/// are prefetched pack by pack (token rows lie a page or more apart, which the hardware
+/// prefetchers do not follow).
 template <class T>
-void exp_cis(Index n, const T* rho, const T* theta, T* re, T* im) {
+void exp_cis(Index n, const T* rho, const T* theta, T* re, T* im, const T* ahead_rho = nullptr,
+             const T* ahead_theta = nullptr) {
   simd::for_packs<T>(n, [&](auto w, Index i) {
     constexpr int W = decltype(w)::value;
     using P = simd::pack<T, W>;
+#if defined(__GNUC__) || defined(__clang__)
+    if (ahead_rho) __builtin_prefetch(ahead_rho + i), __builtin_prefetch(ahead_theta + i);
+#endif
     const P th = P::load(theta + i), r = P::load(rho + i), zero = P::broadcast(T(0)), one = P::broadcast(T(1));
     const P big = select_ge(max(th, zero - th), P::broadcast(sincos_limit<T>), one, zero) +
                   select_ge(P::broadcast(T(80)), r, zero, one);
@@ -151,16 +158,18 @@ struct slab_eval<ComplexSemiseparable<T>> {
     const auto& rho = n.log_mag();
     const auto& th = n.angle();
     // The decays of the slab's heads at token k: one contiguous run of rho and theta each.
-    auto decays = [&](Index k) {
-      complex_ss::exp_cis<T>(nh * N, rho.row(rho.rows() == 1 ? 0 : k) + h_begin * N,
-                             th.row(th.rows() == 1 ? 0 : k) + h_begin * N, er.data(), ei.data());
+    auto row_of = [&](const coefficient<T>& m, Index k) { return m.row(m.rows() == 1 ? 0 : k) + h_begin * N; };
+    auto decays = [&](Index k, Index ahead) {
+      const bool pf = ahead >= 0 && ahead < L;
+      complex_ss::exp_cis<T>(nh * N, row_of(rho, k), row_of(th, k), er.data(), ei.data(),
+                             pf ? row_of(rho, ahead) : nullptr, pf ? row_of(th, ahead) : nullptr);
     };
     const bool fixed = rho.rows() == 1 && th.rows() == 1;
-    if (fixed) decays(0);
+    if (fixed) decays(0, -1);
     for (Index i = 0; i < L; ++i) {
       const Index t = transposed ? L - 1 - i : i;
       const Index k = transposed ? t + 1 : t;  // the token whose decay this step applies
-      if (!fixed && k < L) decays(k);          // (k = L: the state is still zero)
+      if (!fixed && k < L) decays(k, transposed ? k - prefetch_ahead : k + prefetch_ahead);  // (k = L: h = 0)
       const Index ld = n.B_re().cols();
       const T* in_r = (transposed ? n.C_re() : n.B_re()).data() + t * ld;
       const T* in_i = (transposed ? n.C_im() : n.B_im()).data() + t * ld;
