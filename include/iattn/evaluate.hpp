@@ -155,7 +155,7 @@ template <class H>
 Index require_heads(const H& h, const char* where) {
   const Index P = cpu_detail::head_dim_of(h);
   if (P == 0)
-    fail(where, "the expression has no heads (no Semiseparable); give options.channels = {c0, c1} instead");
+    fail(where, "the expression has no heads (no Semiseparable, Transition or ComplexSemiseparable); give options.channels = {c0, c1} instead");
   if (P < 0) fail(where, "the expression's Semiseparable nodes disagree on head_dim, so it has no heads; give options.channels");
   return P;
 }

@@ -355,3 +355,22 @@ TEMPLATE_TEST_CASE("S4D as a complex recurrence equals the long convolution", "[
     check_close(dd(d.output()), dd(s4d_decompose(w, u).output()), model_tol<T>());
   }
 }
+
+TEMPLATE_TEST_CASE("complex decays: head means of a head-shared complex core", "[means][complex]", float, double) {
+  using T = TestType;
+  // Mamba-3-shaped: H = 3 heads of P = 4 channels sharing one complex core (N = 5 states, one group),
+  // gates around it and a short convolution on the right.
+  const Index H = 3, P = 4, N = 5, D = H * P;
+  for (Index L : {Index(1), Index(9), Index(70)}) {
+    INFO("L = " << L);
+    init::generator g(77 + std::uint64_t(L));
+    const Matrix<T> rho = init::uniform<T>(g, L, H * N, -0.3, 0.0), theta = init::uniform<T>(g, L, H * N, -3.0, 3.0);
+    auto S = iattn::complex_semiseparable(rho, theta, init::normal<T>(g, L, N, 1.0), init::normal<T>(g, L, N, 1.0),
+                                          init::normal<T>(g, L, N, 1.0), init::normal<T>(g, L, N, 1.0),
+                                          {.heads = H, .head_dim = P, .groups = 1, .state = N});
+    const auto Hop = iattn::diagonal(init::normal<T>(g, L, D, 1.0)) * std::move(S) * iattn::diagonal(init::uniform<T>(g, L, D, 0.5, 1.5)) *
+                     iattn::causal_conv(init::normal<T>(g, 3, D, 0.5));
+    struct { Matrix<T> x; decltype(Hop) H; } d{Matrix<T>(L, D), Hop};
+    check_means<T>(d, P);
+  }
+}

@@ -315,6 +315,27 @@ TEST_CASE("complex_semiseparable: one channel at L = 4096, float against double"
   check_close(Md.bottomRightCorner(300, 300), W, 1e-10);
 }
 
+// Angles past the pack reduction's exact range (4096 in float) take std::cos / std::sin in double;
+// NaN angles and log-magnitudes propagate.
+TEMPLATE_TEST_CASE("complex_semiseparable: huge and non-finite angles", "[complex_semiseparable]", float, double) {
+  using T = TestType;
+  const Index L = 90;
+  coeffs<T> k = random_coeffs<T>(L, 2, 2, 1, 5, -0.5, -0.01, 2e6);
+  check_all(k, k.op(), k.dense_heads(), tolerance<T>());
+  k.theta(40, 7) = std::numeric_limits<T>::quiet_NaN();
+  k.rho(20, 1) = std::numeric_limits<T>::quiet_NaN();
+  const auto S = k.op();
+  const Mat<T> x = normal<T>(L, 4), y = iattn::apply(S, x);
+  REQUIRE(std::isnan(y(45, 2)));   // head 1 (channels 2, 3), state 2, after token 40
+  REQUIRE(std::isfinite(y(39, 2)));
+  REQUIRE(std::isnan(y(25, 0)));   // head 0, state 1, after token 20
+  REQUIRE(std::isfinite(y(19, 0)));
+  const Mat<T> M = iattn::materialize(S, 3);
+  REQUIRE(std::isnan(M(45, 10)));
+  REQUIRE(std::isfinite(M(39, 10)));
+  REQUIRE(std::isfinite(M(45, 41)));  // s = 41: token 40's angle is not in the product
+}
+
 TEMPLATE_TEST_CASE("complex_semiseparable: L = 0", "[complex_semiseparable]", float, double) {
   using T = TestType;
   for (Index rows : {Index(0), Index(1)}) {

@@ -18,10 +18,12 @@
 //   Ct[t] = C_t E(i0+1..t),   Bt[s] = B_s E(s+1..j1-1),   mid = E(j1..i0)
 // E(a..b) = exp(sum_{k=a..b} rho_k) * cis(sum_{k=a..b} theta_k). The in-block sums run forward or
 // backward from a block edge (so every exp argument is <= 0, rho = -inf gives exactly 0), in
-// double; angles are block-relative and block totals are reduced mod 2 pi, so the cumulative angle
-// of mid stays within a few block totals of pi and fp32 loses nothing at L = 10^6. Diagonal blocks
+// double; angles are block-relative and block totals are reduced mod 2 pi, so mid's angle is a sum
+// of numbers in [-pi, pi] (plus one token's angle), and every cos and sin is taken in double before
+// the factors are rounded to T: fp32 loses nothing to the length of the sequence (L = 10^6). Diagonal blocks
 // use running complex products of the per-token factors (at most tile_size of them), vectorised
-// across columns. A full materialize costs 4 L^2 N flops in the GEMMs, plus O(L N) per channel.
+// across columns. A full materialize costs 2 L^2 N flops in the GEMMs (L^2 / 2 entries, inner
+// dimension 2N), O(tile_size L N) in the diagonal blocks and O(L N) exp and sin/cos per channel.
 #pragma once
 
 #include "../../ops/complex_semiseparable.hpp"

@@ -120,7 +120,7 @@ template <class T, class Node>
 Matrix<T> materialize_mean(const Node& n, const context& cx, mean_request rq, mean_path path = mean_path::automatic) {
   if (cx.L == 0 || rq.c1 <= rq.c0) return Matrix<T>::Zero(cx.L, cx.L);
   constexpr bool has_S = contains_v<Semiseparable<T>, Node>, has_R = contains_v<LinearRecurrence<T>, Node>;
-  if constexpr (has_S || contains_v<Transition<T>, Node>) {  // heads exist only where these are
+  if constexpr (has_S || contains_v<Transition<T>, Node> || contains_v<ComplexSemiseparable<T>, Node>) {  // heads exist only there
     if (path != mean_path::channels) {
       head_plan<T> plan;
       if (make_head_plan<T>(n, cx, plan) && (path == mean_path::heads || rq.abs || plan.cheaper_than_channel_gemm(cx))) {

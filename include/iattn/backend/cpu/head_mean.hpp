@@ -3,7 +3,7 @@
 // Form (as in mean.hpp): a sum of terms  w · diag(P) · Core · diag(Q) · [Conv], the core a node
 // whose matrix depends on the channel only through its head h = c / P (a Semiseparable with
 // P >= 2 channels per head, any decay form, or row_normalize of one; a Transition, the delta-rule
-// family's per-head matrix) or absent (a band term).
+// family's per-head matrix; a ComplexSemiseparable) or absent (a band term).
 // Channel c of head h:
 //   H^c[t, s] = Σ_k w_k P_k,t[c] Σ_{lag<K_k} Core_k,h[t, s+lag] Q_k,s+lag[c] tap_k(lag, c)
 //             + Σ_b w_b P_b,t[c] Q_b,t[c] tap_b(t-s, c)                  (band: 0 <= t-s < K_b)
@@ -24,9 +24,11 @@
 
 #include "../../ops/causal_conv.hpp"
 #include "../../ops/row_normalize.hpp"
+#include "../../ops/complex_semiseparable.hpp"
 #include "../../ops/semiseparable.hpp"
 #include "../../ops/transition.hpp"
 #include "algebra.hpp"
+#include "complex_semiseparable.hpp"
 #include "mean.hpp"
 #include "parallel.hpp"
 #include "semiseparable.hpp"
@@ -50,6 +52,8 @@ template <class T>
 inline constexpr bool is_semiseparable_node_v<Semiseparable<T>> = true;
 template <class T>
 inline constexpr bool is_semiseparable_node_v<Transition<T>> = true;  // head-shared likewise
+template <class T>
+inline constexpr bool is_semiseparable_node_v<ComplexSemiseparable<T>> = true;
 
 template <class Node>
 Index head_dim_of(const Node& n) {
@@ -144,6 +148,8 @@ bool expand_head(const Node& n, const context& cx, Index& P, std::vector<head_te
     // the head's matrix (backend/cpu/transition.hpp computes it once per head); mean.hpp's
     // (channel, state) GEMMs cannot take it (plain = false)
     if (!core(n, n.head_dim(), n.state(), false)) return false;
+  } else if constexpr (std::is_same_v<Node, ComplexSemiseparable<T>>) {
+    if (!core(n, n.head_dim(), 2 * n.state(), false)) return false;  // rank 2N real tiles per head
   } else if constexpr (is_scaled_node<Node>::value) {
     if (!expand_head<T>(n.inner(), cx, P, out)) return false;
     for (auto& t : out) t.weight *= n.factor();
