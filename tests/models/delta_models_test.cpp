@@ -5,6 +5,7 @@
 #include "support/model_checks.hpp"
 
 #include <iattn/models/deltanet.hpp>
+#include <iattn/models/deltaproduct.hpp>
 #include <iattn/models/kimi_linear.hpp>
 #include <iattn/models/qwen3_next.hpp>
 #include <iattn/models/rwkv7.hpp>
@@ -372,5 +373,44 @@ TEMPLATE_TEST_CASE("complex decays: head means of a head-shared complex core", "
                      iattn::causal_conv(init::normal<T>(g, 3, D, 0.5));
     struct { Matrix<T> x; decltype(Hop) H; } d{Matrix<T>(L, D), Hop};
     check_means<T>(d, P);
+  }
+}
+
+TEMPLATE_TEST_CASE("fla GatedDeltaProduct: exact decomposition over the n steps' value blocks", "[models][deltaproduct]", float, double) {
+  using T = TestType;
+  const std::vector<std::pair<const char*, deltaproduct_config>> configs = {
+      {"n = 2, forget gate, output gate, allow_neg_eigval (the layer's defaults)", {.num_heads = 2}},
+      {"n = 3, GVA 1 -> 2, no short conv, no forget gate, beta in (0, 1)",
+       {.num_heads = 1, .num_v_heads = 2, .num_householder = 3, .use_output_gate = false, .use_short_conv = false,
+        .use_forget_gate = false, .allow_neg_eigval = false}},
+  };
+  for (const auto& [name, c0] : configs) {
+    INFO(name);
+    auto c = c0;
+    c.hidden_size = 24;
+    c.head_dim = 6;
+    c.initializer_range = 0.3;
+    auto w = deltaproduct_init<T>(c, 14);
+    init::generator g(114);
+    if (c.use_forget_gate) w.A_log = init::uniform<T>(g, 1, c.value_heads(), -4.0, 0.5);
+    w.o_norm_weight = init::uniform<T>(g, 1, c.head_v_dim(), 0.5, 1.5);
+    for (Index L : model_lengths) {
+      INFO("L = " << L);
+      const auto u = sample_input<T>(L, 24, 150 + std::uint64_t(L));
+      Matrix<T> S_fwd;
+      const Matrix<T> block = deltaproduct_forward(w, u, &S_fwd);
+      const auto acts = activations(w, u);
+      const auto d = attention(acts);
+      REQUIRE(d.x.cols() == c.num_householder * c.value_dim());
+      check_exact<T>(block, d);
+      check_close(dd(decompose(w, u).output()), dd(d.output()), model_tol<T>());
+      auto inner_acts = acts;
+      inner_acts.o_proj_weight.resize(0, 0);
+      const Matrix<T> blocks = attention(inner_acts).output();
+      Matrix<T> inner = Matrix<T>::Zero(L, c.value_dim());
+      for (Index j = 0; j < c.num_householder; ++j) inner += blocks.middleCols(j * c.value_dim(), c.value_dim());
+      check_close(dd(Matrix<T>(nn::linear<T>(inner, w.o_proj_weight))), dd(block), model_tol<T>());
+      check_close(dd(final_state(acts)), dd(S_fwd), model_tol<T>());
+    }
   }
 }

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "deltanet.hpp"
+#include "deltaproduct.hpp"
 #include "gla.hpp"
 #include "griffin.hpp"
 #include "hgrn.hpp"
