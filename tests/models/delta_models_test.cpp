@@ -7,6 +7,7 @@
 #include <iattn/models/deltanet.hpp>
 #include <iattn/models/deltaproduct.hpp>
 #include <iattn/models/kimi_linear.hpp>
+#include <iattn/models/lru.hpp>
 #include <iattn/models/qwen3_next.hpp>
 #include <iattn/models/rwkv7.hpp>
 #include <iattn/models/s4d.hpp>
@@ -413,4 +414,27 @@ TEMPLATE_TEST_CASE("fla GatedDeltaProduct: exact decomposition over the n steps'
       check_close(dd(final_state(acts)), dd(S_fwd), model_tol<T>());
     }
   }
+}
+
+TEMPLATE_TEST_CASE("LRU: exact decomposition over the real and imaginary parts of its states", "[models][lru][complex]", float, double) {
+  using T = TestType;
+  for (auto [rmin, rmax, phase] : {std::tuple{0.0, 1.0, 6.28}, std::tuple{0.9, 0.999, 0.314}}) {
+    INFO("ring [" << rmin << ", " << rmax << "], max phase " << phase);
+    const auto w = lru_init<T>({.d_model = 12, .d_hidden = 10, .r_min = rmin, .r_max = rmax, .max_phase = phase}, 31);
+    for (Index L : model_lengths) {
+      INFO("L = " << L);
+      const auto u = sample_input<T>(L, 12, 170 + std::uint64_t(L));
+      Matrix<T> x_fwd;
+      const Matrix<T> block = lru_forward(w, u, &x_fwd);
+      const auto acts = activations(w, u);
+      const auto d = attention(acts);
+      REQUIRE(d.x.cols() == 4 * 10 + 12);
+      check_exact<T>(block, d);
+      check_close(dd(decompose(w, u).output()), dd(d.output()), model_tol<T>());
+      check_close(dd(final_state(acts)), dd(x_fwd), model_tol<T>());
+    }
+  }
+  auto w = lru_init<T>({.d_model = 12, .d_hidden = 10}, 1);
+  w.B_im.resize(10, 11);
+  REQUIRE_THROWS_WITH(decompose(w, sample_input<T>(4, 12, 1)), Contains("B_im has shape (10, 11)"));
 }

@@ -317,11 +317,13 @@ mamba3_activations<T> activations(const mamba3_weights<T>& w, const Matrix<T>& u
   const mamba3_detail::layout o(c);
   const Index L = u.rows(), di = c.d_inner(), GN = c.ngroups * c.d_state, H = c.nheads(), S = c.num_rope_angles();
   const Matrix<T> proj = nn::linear<T>(u, w.in_proj_weight);
+  // (a block of an empty matrix would offset its null data pointer: slice L = 0 by hand)
+  auto slice = [&](Index c0, Index n) { return L == 0 ? Matrix<T>(0, n) : Matrix<T>(proj.middleCols(c0, n)); };
   mamba3_activations<T> a;
-  a.z = proj.middleCols(o.z, di);
-  a.x = proj.middleCols(o.x, di);
-  a.B = mamba3_detail::rms_norm_groups<T>(proj.middleCols(o.B, GN), c.ngroups, w.B_norm_weight, c.eps);
-  a.C = mamba3_detail::rms_norm_groups<T>(proj.middleCols(o.C, GN), c.ngroups, w.C_norm_weight, c.eps);
+  a.z = slice(o.z, di);
+  a.x = slice(o.x, di);
+  a.B = mamba3_detail::rms_norm_groups<T>(slice(o.B, GN), c.ngroups, w.B_norm_weight, c.eps);
+  a.C = mamba3_detail::rms_norm_groups<T>(slice(o.C, GN), c.ngroups, w.C_norm_weight, c.eps);
   a.DT.resize(L, H);
   a.ADT.resize(L, H);
   for (Index t = 0; t < L; ++t)
@@ -330,8 +332,8 @@ mamba3_activations<T> activations(const mamba3_weights<T>& w, const Matrix<T>& u
       const T A = std::min(-nn::softplus(proj(t, o.A + h)), T(-c.A_floor));
       a.ADT(t, h) = A * a.DT(t, h);
     }
-  a.trap = proj.middleCols(o.trap, H);
-  a.angles = proj.middleCols(o.angles, S);
+  a.trap = slice(o.trap, H);
+  a.angles = slice(o.angles, S);
   a.B_bias = w.B_bias;
   a.C_bias = w.C_bias;
   a.D = w.D;
@@ -366,7 +368,8 @@ Matrix<T> mamba3_forward(const mamba3_weights<T>& w, const Matrix<T>& u, Matrix<
   Matrix<T> y(L, di);
   Matrix<T> angle = Matrix<T>::Zero(H, S), ssm = Matrix<T>::Zero(H * P, N), kst = Matrix<T>::Zero(H, N),
             vst = Matrix<T>::Zero(H, P);
-  std::vector<T> Bn(std::size_t(GN)), Cn(std::size_t(GN)), q(std::size_t(N)), k(std::size_t(N));
+  std::vector<T> Bn(static_cast<std::size_t>(GN)), Cn(static_cast<std::size_t>(GN)), q(static_cast<std::size_t>(N)),
+      k(static_cast<std::size_t>(N));
   for (Index t = 0; t < L; ++t) {
     for (Index g = 0; g < G; ++g) {  // B_norm, C_norm
       T sb = 0, sc = 0;
