@@ -213,6 +213,18 @@ int main(int argc, char** argv) {
   add(run_model(st, "kimi_delta", "Kimi Delta Attention: per-key gate, then key removal", u,
                 [&](Index l) { return kimi_linear_init<float>({.hidden_size = d, .linear_num_heads = 4, .linear_head_dim = d / 4}, 1800 + std::uint64_t(l)); },
                 [](const auto& w, const Mat& x) { return kimi_linear_forward(w, x); }, [](const auto& w, const Mat& x) { return kimi_linear_decompose(w, x); }));
+  add(run_model(st, "deltaproduct", "Gated DeltaProduct: two Householder steps per token", u,
+                [&](Index l) {
+                  return deltaproduct_init<float>({.hidden_size = d, .head_dim = d / 8, .num_heads = 4, .num_householder = 2}, 2000 + std::uint64_t(l));
+                },
+                [](const auto& w, const Mat& x) { return deltaproduct_forward(w, x); },
+                [](const auto& w, const Mat& x) { return deltaproduct_decompose(w, x); }));
+  add(run_model(st, "mamba3", "Mamba-3 SISO: trapezoidal rule, data-dependent rotations (complex decay)", u,
+                [&](Index l) { return mamba3_init<float>({.d_model = d, .d_state = 32, .headdim = 32}, 2100 + std::uint64_t(l)); },
+                [](const auto& w, const Mat& x) { return mamba3_forward(w, x); }, [](const auto& w, const Mat& x) { return mamba3_decompose(w, x); }));
+  add(run_model(st, "lru", "Linear Recurrent Unit: complex diagonal states mixed by B and C", u,
+                [&](Index l) { return lru_init<float>({.d_model = d, .d_hidden = 32, .r_min = 0.5, .r_max = 0.99, .max_phase = 0.314}, 2200 + std::uint64_t(l)); },
+                [](const auto& w, const Mat& x) { return lru_forward(w, x); }, [](const auto& w, const Mat& x) { return lru_decompose(w, x); }));
   add(run_model(st, "rwkv7", "RWKV-7 time mixing: diagonal plus rank-one transition, bonus, group norm", u,
                 [&](Index l) {
                   // every layer as a first layer (no value residual); o_proj drawn (the reference init zeroes it)

@@ -337,6 +337,10 @@ TEST_CASE("delta-rule models: an empty sequence gives an empty output", "[models
   check(decompose(kd, u0), kimi_linear_forward(kd, u0), 18);
   const auto r7 = small_rwkv7<T>(4, 0);
   check(decompose(r7, u0), rwkv7_forward(r7, u0), 24);
+  const auto dp = deltaproduct_init<T>({.hidden_size = 24, .head_dim = 6, .num_heads = 2}, 5);
+  check(decompose(dp, u0), deltaproduct_forward(dp, u0), 2 * 12);
+  const auto lr = lru_init<T>({.d_model = 24, .d_hidden = 5}, 6);
+  check(decompose(lr, u0), lru_forward(lr, u0), 4 * 5 + 24);
   REQUIRE(final_state(activations(q, u0)).cwiseAbs().maxCoeff() == 0.0);
 }
 
