@@ -43,7 +43,9 @@ works on a CPU-only machine with or without triton):
   row (t = L - 1, all heads): the same within-chunk quantities (U, W, Kd), then the row's K-vector
       propagated backwards over chunks (row chunk j = (r Kd_j^T) U_j, r <- e^{gamma_last} r -
       (r Kd_j^T) W_j: vector-matrix products, nothing K x K), batched over heads.
-Agreement: max |difference| / max |value| <= 1e-3 for every output.
+Agreement: max |difference| / max |value| <= 1e-3 for every output. The gdn mode sets
+torch.set_flush_denormal(True) (--no-flush-denormal to keep denormals): about 4 % of the L = 4096
+matrix lies below 1.2e-38, and the chunked row runs about twice as fast with them flushed.
 
 The gdn mode needs torch + fla-core, i.e. the reference venv (tools/reference/setup_venv.sh; the
 mamba1 mode keeps using /usr/bin/python3 with Debian's torch):
@@ -267,8 +269,12 @@ def cpu_model():
 
 def main_gdn(args):
     naive, fla_version, fla_path = load_fla_naive()
+    # Entries decay through the float32 denormal range (products of up to L gates e^g < 1; about 4 %
+    # of the L = 4096 matrix is below 1.2e-38); flushing them to zero makes PyTorch's chunked row about
+    # twice as fast here, and changes nothing above 1e-38. iattn does not flush.
+    flush = not args.no_flush_denormal and torch.set_flush_denormal(True)
     print(f"machine: {cpu_model()}, {os.cpu_count()} CPUs; torch {torch.__version__}, {torch.get_num_threads()} threads; "
-          f"fla-core {fla_version} ({fla_path}); iattn tool {args.tool}")
+          f"fla-core {fla_version} ({fla_path}); torch flush_denormal {bool(flush)}; iattn tool {args.tool}")
     # Warm-up on small random inputs: torch's first calls pay one-off initialisation (seconds here)
     # that would otherwise land in the single timed call of the slow cases.
     with torch.inference_mode():
@@ -335,6 +341,8 @@ def main():
     ap.add_argument("--heads", type=int, default=4, help="gdn: H heads of dk = dv = 128")
     ap.add_argument("--chunk", type=int, default=128, help="gdn: chunk size of the PyTorch materialize")
     ap.add_argument("--row-chunk", type=int, default=32, help="gdn: chunk size of the PyTorch row")
+    ap.add_argument("--no-flush-denormal", action="store_true",
+                    help="gdn: leave torch's denormal handling alone (by default torch.set_flush_denormal(True))")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     os.environ["OMP_NUM_THREADS"] = str(args.threads)
