@@ -121,62 +121,55 @@ Matrix<T> dplr_scan(const Matrix<T>& q, const Matrix<T>& k, const Matrix<T>& v, 
 
 }  // namespace nn
 
-/// The state after the last token of nn::dplr_scan (same arguments but q), (H*dk, dv), by the
-/// backward running product R <- R A_s = R Diag(exp w_s) + (R b_s) a_s^T, S = sum_s (R_s k_s) v_s^T.
+/// The state after the last token of any Transition applied to values v (L, H*P): per head
+/// S = sum_s (A_{L-1} ... A_{s+1}) k_s v_s^T (N, P), returned (H*N, P) with head h's block in rows
+/// h*N.. (the references' (H, dk, dv) flattened). Computed backwards from the operator's own
+/// coefficients with the running product R <- R A_s = R Diag(e^{lambda_s}) + sum_r (R b_{s,r}) a_{s,r}^T
+/// (O(N^2 R) per token, never a quotient), so it is a different algorithm from the models' forward
+/// scans, which it is tested against. q is not read.
 template <class T>
-Matrix<T> dplr_final_state(const Matrix<T>& k, const Matrix<T>& v, const Matrix<T>& w, const Matrix<T>& a, const Matrix<T>& b,
-                           Index heads) {
-  const Index L = k.rows(), dk = k.cols() / heads, dv = v.cols() / heads;
-  Matrix<T> S = Matrix<T>::Zero(heads * dk, dv);
-  for (Index h = 0; h < heads; ++h) {
-    Matrix<T> R = Matrix<T>::Identity(dk, dk);
-    Eigen::Matrix<T, Eigen::Dynamic, 1> x(dk), Rx(dk), Rb(dk);
-    for (Index s = L - 1; s >= 0; --s) {
-      for (Index i = 0; i < dk; ++i) x(i) = k(s, h * dk + i);
-      Rx = R * x;
-      for (Index i = 0; i < dk; ++i)
-        for (Index j = 0; j < dv; ++j) S(h * dk + i, j) += Rx(i) * v(s, h * dv + j);
-      for (Index i = 0; i < dk; ++i) x(i) = b(s, h * dk + i);
-      Rb = R * x;
-      for (Index i = 0; i < dk; ++i) R.col(i) *= std::exp(w(s, h * dk + i));
-      for (Index i = 0; i < dk; ++i) x(i) = a(s, h * dk + i);
-      R.noalias() += Rb * x.transpose();
+Matrix<T> transition_final_state(const Transition<T>& tr, const Matrix<T>& v) {
+  const Index L = tr.length(), H = tr.heads(), N = tr.state(), R = tr.rank(), P = tr.head_dim(), R1 = std::max<Index>(R, 1);
+  Matrix<T> S = Matrix<T>::Zero(H * N, P), Rm(N, N), RB(N, R1), At(R1, N);
+  Eigen::Matrix<T, Eigen::Dynamic, 1> x(N), Rx(N);
+  for (Index h = 0; h < H; ++h) {
+    Rm.setIdentity();
+    for (Index t = L - 1; t >= 0; --t) {
+      for (Index i = 0; i < N; ++i) x(i) = tr.k()(t, h * N + i);
+      Rx = Rm * x;
+      S.middleRows(h * N, N).noalias() += Rx * v.row(t).segment(h * P, P);
+      for (Index r = 0; r < R; ++r)
+        for (Index i = 0; i < N; ++i) {
+          RB(i, r) = tr.b()(t, (h * R + r) * N + i);
+          At(r, i) = tr.a()(t, (h * R + r) * N + i);
+        }
+      if (R > 0) RB.leftCols(R) = (Rm * RB.leftCols(R)).eval();
+      for (Index i = 0; i < N; ++i) Rm.col(i) *= std::exp(tr.log_decay(t, h, i));
+      if (R > 0) Rm.noalias() += RB.leftCols(R) * At.topRows(R);
     }
   }
   return S;
 }
 
-/// The matrix state after the last token, (H*dk, dv), of the delta-rule recurrence (arguments as
-/// nn::delta_rule_scan), computed the other way round from the scan: backwards from the last token
-/// with the running product R = A_{L-1} ... A_{s+1} (dk, dk) updated as R <- R A_s (a diagonal
-/// scaling and a rank-one update, O(dk^2) per token, never a quotient), S = sum_s (R_s beta_s k_s) v_s^T.
+/// The matrix state after the last token of the delta-rule recurrence (arguments as
+/// nn::delta_rule_scan, q not needed), (H*dk, dv): transition_final_state of the model's factory
+/// (delta_rule, gated_delta_rule or kimi_delta_rule by the shape of g).
 template <class T>
-Matrix<T> delta_final_state(const Matrix<T>& k, const Matrix<T>& v, const Matrix<T>& beta, const Matrix<T>& g,
-                            Index heads) {
-  const Index L = k.rows(), dk = k.cols() / heads, dv = v.cols() / heads;
-  const bool per_key = g.size() != 0 && g.cols() == heads * dk;
-  Matrix<T> S = Matrix<T>::Zero(heads * dk, dv);
-  for (Index h = 0; h < heads; ++h) {
-    Matrix<T> R = Matrix<T>::Identity(dk, dk);
-    Eigen::Matrix<T, Eigen::Dynamic, 1> kt(dk), w(dk), Rk(dk);
-    for (Index s = L - 1; s >= 0; --s) {
-      for (Index i = 0; i < dk; ++i) kt(i) = k(s, h * dk + i);
-      Rk = R * kt;  // R_s k_s
-      for (Index i = 0; i < dk; ++i)
-        for (Index j = 0; j < dv; ++j) S(h * dk + i, j) += beta(s, h) * Rk(i) * v(s, h * dv + j);
-      // R <- R A_s, A_s = diag-gate and I - beta k k^T in the model's order
-      if (g.size() != 0 && !per_key) R *= std::exp(g(s, h));
-      if (!per_key) {
-        w = R * kt;
-        R.noalias() -= beta(s, h) * w * kt.transpose();
-      } else {  // (I - beta k k^T) diag(exp g): R (I - beta k k^T) first, then the columns scaled
-        w = R * kt;
-        R.noalias() -= beta(s, h) * w * kt.transpose();
-        for (Index i = 0; i < dk; ++i) R.col(i) *= std::exp(g(s, h * dk + i));
-      }
-    }
-  }
-  return S;
+Matrix<T> delta_final_state(const Matrix<T>& k, const Matrix<T>& v, const Matrix<T>& beta, const Matrix<T>& g, Index heads) {
+  const transition_options o{.heads = heads, .head_dim = v.cols() / heads, .state = k.cols() / heads};
+  if (g.size() == 0) return transition_final_state(delta_rule(ref(k), ref(k), ref(beta), o), v);
+  if (g.cols() == heads) return transition_final_state(gated_delta_rule(ref(k), ref(k), ref(beta), ref(g), o), v);
+  return transition_final_state(kimi_delta_rule(ref(k), ref(k), ref(beta), ref(g), o), v);
+}
+
+/// The state after the last token of nn::dplr_scan (same arguments but q), (H*dk, dv).
+template <class T>
+Matrix<T> dplr_final_state(const Matrix<T>& k, const Matrix<T>& v, const Matrix<T>& w, const Matrix<T>& a, const Matrix<T>& b,
+                           Index heads) {
+  return transition_final_state(
+      transition(ref(w), ref(a), ref(b), ref(k), ref(k),
+                 {.heads = heads, .head_dim = v.cols() / heads, .state = k.cols() / heads, .rank = 1}),
+      v);
 }
 
 namespace delta_detail {

@@ -355,37 +355,17 @@ auto decompose(const deltaproduct_weights<T>& w, const Matrix<T>& u) { return at
 template <Scalar T>
 auto deltaproduct_decompose(const deltaproduct_weights<T>& w, const Matrix<T>& u) { return decompose(w, u); }
 
-/// The recurrent state after the last token (HV*dk, dv), fla's (HV, dk, dv) flattened: from the
-/// decomposition's own transition, backwards (head (j, h) contributes
-/// sum_s (A_{L-1} ... A_{s+1}) W_{s,j} beta_{s,j} k_{s,j} v_{s,j}^T with the running product
-/// R <- R A_s = e^{lambda_s} R + (R B_s) A_s^T, O(dk^2 n) per token), not by the forward scan.
+/// The recurrent state after the last token (HV*dk, dv), fla's (HV, dk, dv) flattened: the n step
+/// blocks' states of the decomposition's own transition (transition_final_state, backwards, not the
+/// forward scan), added up.
 template <Scalar T>
 Matrix<T> final_state(const deltaproduct_activations<T>& s) {
-  const auto Tr = deltaproduct_transition(s);
   Matrix<T> q, k, v;
   s.qkv(q, k, v);
-  const Index L = s.length(), n = s.num_householder, HV = s.num_v_heads, dk = s.head_k_dim(), dv = s.head_v_dim();
-  Matrix<T> S = Matrix<T>::Zero(HV * dk, dv), R(dk, dk), RB(dk, n), At(n, dk);
-  Eigen::Matrix<T, Eigen::Dynamic, 1> x(dk), Rx(dk);
-  for (Index j = 0; j < n; ++j)
-    for (Index h = 0; h < HV; ++h) {
-      const Index head = j * HV + h;
-      R.setIdentity();
-      for (Index t = L - 1; t >= 0; --t) {
-        for (Index i = 0; i < dk; ++i) x(i) = Tr.k()(t, head * dk + i);
-        Rx = R * x;
-        for (Index i = 0; i < dk; ++i)
-          for (Index c = 0; c < dv; ++c) S(h * dk + i, c) += Rx(i) * v(t, j * HV * dv + h * dv + c);
-        for (Index r = 0; r < n; ++r)
-          for (Index i = 0; i < dk; ++i) {
-            RB(i, r) = Tr.b()(t, (head * n + r) * dk + i);
-            At(r, i) = Tr.a()(t, (head * n + r) * dk + i);
-          }
-        RB = (R * RB).eval();
-        R *= std::exp(Tr.lambda()(t, head));
-        R.noalias() += RB * At;
-      }
-    }
+  const Matrix<T> blocks = transition_final_state(deltaproduct_transition(s), v);  // (n*HV*dk, dv)
+  const Index rows = s.num_v_heads * s.head_k_dim();
+  Matrix<T> S = Matrix<T>::Zero(rows, s.head_v_dim());
+  for (Index j = 0; j < s.num_householder; ++j) S += blocks.middleRows(j * rows, rows);
   return S;
 }
 
