@@ -442,3 +442,21 @@ TEMPLATE_TEST_CASE("LRU: exact decomposition over the real and imaginary parts o
   w.B_im.resize(10, 11);
   REQUIRE_THROWS_WITH(decompose(w, sample_input<T>(4, 12, 1)), Contains("B_im has shape (10, 11)"));
 }
+
+TEMPLATE_TEST_CASE("Qwen3.5 Gated DeltaNet: plain projections, the same function as Qwen3-Next", "[models][qwen3_5]", float, double) {
+  using T = TestType;
+  const auto w = small_qwen3_next<T>(23);
+  const auto w5 = qwen3_5_from_qwen3_next(w);
+  for (Index L : model_lengths) {
+    INFO("L = " << L);
+    const auto u = sample_input<T>(L, 24, 190 + std::uint64_t(L));
+    Matrix<T> S5, S;
+    const Matrix<T> block5 = qwen3_5_forward(w5, u, &S5);
+    check_exact<T>(block5, decompose(w5, u));
+    check_close(dd(block5), dd(Matrix<T>(qwen3_next_forward(w, u, &S))), model_tol<T>());  // the reordering is right
+    check_close(dd(final_state(activations(w5, u))), dd(S5), model_tol<T>());
+  }
+  auto bad = w5;
+  bad.in_proj_z_weight.resize(3, 24);
+  REQUIRE_THROWS_WITH(decompose(bad, sample_input<T>(4, 24, 1)), Contains("in_proj_z_weight has shape (3, 24)"));
+}

@@ -18,6 +18,10 @@
 // delta rule (ops/transition.hpp) over the value heads with the normalised q, k, beta, g frozen, and
 // N the per-head RMS norm bound to the statistics of its actual input.
 //
+// Qwen3.5 (`Qwen3_5GatedDeltaNet`) is the same layer with four plain projections instead of the two
+// grouped ones: in_proj_qkv = [q | k | v] (2 nk dk + nv dv rows, already in mixed_qkv's order),
+// in_proj_z, in_proj_b, in_proj_a (qwen3_5_weights below; its activations are qwen3_next_activations).
+//
 // The reference computes the recurrence and the norm in float32 even when the model is double
 // (`.to(torch.float32)` in torch_chunk_gated_delta_rule and Qwen3NextRMSNormGated): its double output
 // agrees with the exact value to float precision only (docs/models.md).
@@ -204,11 +208,115 @@ Matrix<T> qwen3_next_gated_norm(const qwen3_next_activations<T>& s, const Matrix
   return y;
 }
 
+/// `Qwen3_5GatedDeltaNet` parameters (Qwen3.5's linear-attention layers): the Qwen3-Next layer with
+/// plain projections, named as its state_dict ('.' written '_').
+template <Scalar T>
+struct qwen3_5_weights {
+  qwen3_next_config config;  ///< the same linear_* fields as Qwen3-Next
+  Matrix<T> in_proj_qkv_weight;  ///< (2*key_dim + value_dim, hidden)   rows [q | k | v], head-major
+  Matrix<T> in_proj_z_weight;    ///< (value_dim, hidden)
+  Matrix<T> in_proj_b_weight;    ///< (nv, hidden)
+  Matrix<T> in_proj_a_weight;    ///< (nv, hidden)
+  Matrix<T> conv1d_weight;       ///< (conv_dim, K)
+  Matrix<T> dt_bias, A_log;      ///< (1, nv) each
+  Matrix<T> norm_weight;         ///< (1, dv)
+  Matrix<T> out_proj_weight;     ///< (hidden, value_dim)
+
+  void check() const {
+    const auto& c = config;
+    using std::to_string;
+    const char* m = "qwen3_5";
+    if (c.linear_num_key_heads < 1 || c.linear_num_value_heads < 1 || c.linear_num_value_heads % c.linear_num_key_heads != 0 ||
+        c.linear_key_head_dim < 1 || c.linear_value_head_dim < 1 || c.linear_conv_kernel_dim < 1)
+      detail::fail(m, "linear_num_key_heads must divide linear_num_value_heads, and every linear_* size must be >= 1");
+    const std::string d = to_string(c.hidden_size), nv = to_string(c.linear_num_value_heads), V = to_string(c.value_dim());
+    check_field(m, "in_proj_qkv_weight", in_proj_qkv_weight, c.conv_dim(), c.hidden_size, "(conv_dim=" + to_string(c.conv_dim()) + ", hidden_size=" + d + ")");
+    check_field(m, "in_proj_z_weight", in_proj_z_weight, c.value_dim(), c.hidden_size, "(value_dim=" + V + ", hidden_size=" + d + ")");
+    check_field(m, "in_proj_b_weight", in_proj_b_weight, c.linear_num_value_heads, c.hidden_size, "(nv=" + nv + ", hidden_size=" + d + ")");
+    check_field(m, "in_proj_a_weight", in_proj_a_weight, c.linear_num_value_heads, c.hidden_size, "(nv=" + nv + ", hidden_size=" + d + ")");
+    check_field(m, "conv1d_weight", conv1d_weight, c.conv_dim(), c.linear_conv_kernel_dim,
+                "(conv_dim=" + to_string(c.conv_dim()) + ", linear_conv_kernel_dim=" + to_string(c.linear_conv_kernel_dim) + ")");
+    check_field(m, "dt_bias", dt_bias, 1, c.linear_num_value_heads, "(1, nv=" + nv + ")");
+    check_field(m, "A_log", A_log, 1, c.linear_num_value_heads, "(1, nv=" + nv + ")");
+    check_field(m, "norm_weight", norm_weight, 1, c.linear_value_head_dim, "(1, dv=" + to_string(c.linear_value_head_dim) + ")");
+    check_field(m, "out_proj_weight", out_proj_weight, c.hidden_size, c.value_dim(), "(hidden_size=" + d + ", value_dim=" + V + ")");
+  }
+};
+
+/// The Qwen3.5 layer with the weights of a Qwen3-Next layer, its grouped projections reordered
+/// (the two layers then compute the same function): for tests and for converting checkpoints.
+template <Scalar T>
+qwen3_5_weights<T> qwen3_5_from_qwen3_next(const qwen3_next_weights<T>& w) {
+  w.check();
+  const auto& c = w.config;
+  const Index nk = c.linear_num_key_heads, dk = c.linear_key_head_dim, dv = c.linear_value_head_dim, r = c.heads_per_key();
+  const Index K = c.key_dim(), span = 2 * dk + 2 * r * dv, d = c.hidden_size;
+  qwen3_5_weights<T> o;
+  o.config = c;
+  o.in_proj_qkv_weight.resize(c.conv_dim(), d);
+  o.in_proj_z_weight.resize(c.value_dim(), d);
+  o.in_proj_b_weight.resize(c.linear_num_value_heads, d);
+  o.in_proj_a_weight.resize(c.linear_num_value_heads, d);
+  for (Index j = 0; j < nk; ++j) {
+    o.in_proj_qkv_weight.middleRows(j * dk, dk) = w.in_proj_qkvz_weight.middleRows(j * span, dk);
+    o.in_proj_qkv_weight.middleRows(K + j * dk, dk) = w.in_proj_qkvz_weight.middleRows(j * span + dk, dk);
+    o.in_proj_qkv_weight.middleRows(2 * K + j * r * dv, r * dv) = w.in_proj_qkvz_weight.middleRows(j * span + 2 * dk, r * dv);
+    o.in_proj_z_weight.middleRows(j * r * dv, r * dv) = w.in_proj_qkvz_weight.middleRows(j * span + 2 * dk + r * dv, r * dv);
+    o.in_proj_b_weight.middleRows(j * r, r) = w.in_proj_ba_weight.middleRows(j * 2 * r, r);
+    o.in_proj_a_weight.middleRows(j * r, r) = w.in_proj_ba_weight.middleRows(j * 2 * r + r, r);
+  }
+  o.conv1d_weight = w.conv1d_weight;
+  o.dt_bias = w.dt_bias;
+  o.A_log = w.A_log;
+  o.norm_weight = w.norm_weight;
+  o.out_proj_weight = w.out_proj_weight;
+  return o;
+}
+
+/// The activations of one Qwen3.5 forward pass on u (L, hidden): the same fields as Qwen3-Next's.
+template <Scalar T>
+qwen3_next_activations<T> activations(const qwen3_5_weights<T>& w, const Matrix<T>& u) {
+  w.check();
+  const auto& c = w.config;
+  detail::require_shape(u.cols() == c.hidden_size, "qwen3_5", "u", u.rows(), u.cols(), "(L, hidden_size=" + std::to_string(c.hidden_size) + ")");
+  const Index L = u.rows(), nv = c.linear_num_value_heads;
+  qwen3_next_activations<T> s;
+  s.mixed_qkv = nn::linear<T>(u, w.in_proj_qkv_weight);
+  s.z = nn::linear<T>(u, w.in_proj_z_weight);
+  const Matrix<T> b = nn::linear<T>(u, w.in_proj_b_weight), a = nn::linear<T>(u, w.in_proj_a_weight);
+  s.beta.resize(L, nv);
+  s.g.resize(L, nv);
+  for (Index t = 0; t < L; ++t)
+    for (Index h = 0; h < nv; ++h) {
+      s.beta(t, h) = nn::sigmoid(b(t, h));
+      s.g(t, h) = -std::exp(w.A_log(0, h)) * nn::softplus(a(t, h) + w.dt_bias(0, h));
+    }
+  s.conv1d_weight = w.conv1d_weight;
+  s.norm_weight = w.norm_weight;
+  s.out_proj_weight = w.out_proj_weight;
+  s.num_k_heads = c.linear_num_key_heads;
+  s.num_v_heads = nv;
+  s.head_k_dim = c.linear_key_head_dim;
+  s.head_v_dim = c.linear_value_head_dim;
+  s.eps = c.rms_norm_eps;
+  return s;
+}
+
 /// The layer's plain recurrent forward (the oracle). final_state, when given, receives the
 /// recurrent state after the last token, (nv*dk, dv): transformers' last_recurrent_state
 /// (1, nv, dk, dv) flattened.
 template <Scalar T>
 Matrix<T> qwen3_next_forward(const qwen3_next_weights<T>& w, const Matrix<T>& u, Matrix<T>* final_state = nullptr) {
+  const auto s = activations(w, u);
+  Matrix<T> q, k, v;
+  s.qkv(q, k, v);
+  const Matrix<T> o = nn::delta_rule_scan<T>(q, k, v, s.beta, s.g, s.num_v_heads, final_state);
+  return nn::linear<T>(qwen3_next_gated_norm(s, o), w.out_proj_weight);
+}
+
+/// The Qwen3.5 layer's plain recurrent forward (the oracle), as qwen3_next_forward.
+template <Scalar T>
+Matrix<T> qwen3_5_forward(const qwen3_5_weights<T>& w, const Matrix<T>& u, Matrix<T>* final_state = nullptr) {
   const auto s = activations(w, u);
   Matrix<T> q, k, v;
   s.qkv(q, k, v);
@@ -241,6 +349,10 @@ auto attention(const qwen3_next_activations<T>& s) {
 /// The exact decomposition: qwen3_next_forward(w, u) == d.output(), x = the values before conv1d.
 template <Scalar T>
 auto decompose(const qwen3_next_weights<T>& w, const Matrix<T>& u) { return attention(activations(w, u)); }
+
+/// The exact decomposition of the Qwen3.5 layer: qwen3_5_forward(w, u) == d.output().
+template <Scalar T>
+auto decompose(const qwen3_5_weights<T>& w, const Matrix<T>& u) { return attention(activations(w, u)); }
 
 /// The exact decomposition (the named form of decompose).
 template <Scalar T>
