@@ -61,6 +61,23 @@ MatD dense_gated_delta(const Matrix<T>& q, const Matrix<T>& k, const Matrix<T>& 
   return out;
 }
 
+/// The doors every delta-rule layer shares on one input: the decomposition against the forward,
+/// decompose == attention(activations), the inner output (out projection dropped by `drop`) times
+/// the weights' out projection, and final_state against the forward's state.
+template <class T, class W, class Forward, class Drop>
+void check_layer(const W& w, const Matrix<T>& u, Forward&& forward, Drop&& drop, const Matrix<T>& out_proj) {
+  Matrix<T> S_fwd;
+  const Matrix<T> block = forward(w, u, &S_fwd);
+  const auto acts = activations(w, u);
+  const auto d = attention(acts);
+  check_exact<T>(block, d);
+  check_close(dd(decompose(w, u).output()), dd(d.output()), model_tol<T>());
+  auto inner_acts = acts;
+  drop(inner_acts);
+  check_close(dd(Matrix<T>(nn::linear<T>(attention(inner_acts).output(), out_proj))), dd(block), model_tol<T>());
+  check_close(dd(final_state(acts)), dd(S_fwd), model_tol<T>());
+}
+
 }  // namespace
 
 TEMPLATE_TEST_CASE("Qwen3-Next Gated DeltaNet: exact decomposition and doors", "[models][qwen3_next]", float, double) {
@@ -171,17 +188,10 @@ TEMPLATE_TEST_CASE("fla DeltaNet and GatedDeltaNet: exact decomposition and door
     const auto w = small_deltanet<T>(4, c);
     for (Index L : model_lengths) {
       INFO("L = " << L);
-      const auto u = sample_input<T>(L, 24, 70 + std::uint64_t(L));
-      Matrix<T> S_fwd;
-      const Matrix<T> block = deltanet_forward(w, u, &S_fwd);
-      const auto acts = activations(w, u);
-      const auto d = attention(acts);
-      check_exact<T>(block, d);
-      check_close(dd(decompose(w, u).output()), dd(d.output()), model_tol<T>());
-      auto inner_acts = acts;
-      inner_acts.o_proj_weight.resize(0, 0);
-      check_close(dd(Matrix<T>(nn::linear<T>(attention(inner_acts).output(), w.o_proj_weight))), dd(block), model_tol<T>());
-      check_close(dd(final_state(acts)), dd(S_fwd), model_tol<T>());
+      check_layer<T>(
+          w, sample_input<T>(L, 24, 70 + std::uint64_t(L)),
+          [](const auto& w, const Matrix<T>& u, Matrix<T>* S) { return deltanet_forward(w, u, S); },
+          [](auto& a) { a.o_proj_weight.resize(0, 0); }, w.o_proj_weight);
     }
   }
 }
@@ -213,17 +223,10 @@ TEMPLATE_TEST_CASE("Kimi Delta Attention: exact decomposition and doors", "[mode
   w.o_norm_weight = init::uniform<T>(g, 1, 6, 0.5, 1.5);
   for (Index L : model_lengths) {
     INFO("L = " << L);
-    const auto u = sample_input<T>(L, 24, 90 + std::uint64_t(L));
-    Matrix<T> S_fwd;
-    const Matrix<T> block = kimi_linear_forward(w, u, &S_fwd);
-    const auto acts = activations(w, u);
-    const auto d = attention(acts);
-    check_exact<T>(block, d);
-    check_close(dd(decompose(w, u).output()), dd(d.output()), model_tol<T>());
-    auto inner_acts = acts;
-    inner_acts.o_proj_weight.resize(0, 0);
-    check_close(dd(Matrix<T>(nn::linear<T>(attention(inner_acts).output(), w.o_proj_weight))), dd(block), model_tol<T>());
-    check_close(dd(final_state(acts)), dd(S_fwd), model_tol<T>());
+    check_layer<T>(
+        w, sample_input<T>(L, 24, 90 + std::uint64_t(L)),
+        [](const auto& w, const Matrix<T>& u, Matrix<T>* S) { return kimi_linear_forward(w, u, S); },
+        [](auto& a) { a.o_proj_weight.resize(0, 0); }, w.o_proj_weight);
   }
   auto acts = activations(w, sample_input<T>(5, 24, 1));
   acts.g.resize(5, 3);
