@@ -257,6 +257,17 @@ void BM_mean_mamba2_path(benchmark::State& st) {
   }
   st.SetItemsProcessed(st.iterations() * L * L);
 }
+// RWKV-4's mean on the path it replaces (issue 22): every channel's tiles, exps of scores (the
+// baseline of BM_materialize_mean<rwkv4>, which takes wkv_mean.hpp's blocked products).
+void BM_mean_rwkv4_tiles(benchmark::State& st) {
+  const auto& d = decomposition<rwkv4>(st.range(0));
+  const Index L = d.x.rows(), D = d.x.cols();
+  for (auto _ : st) {
+    Mat m = iattn::cpu_detail::materialize_mean_tiles<float>(d.H, iattn::cpu_detail::context{L, D}, {0, D, false});
+    benchmark::DoNotOptimize(m.data());
+  }
+  st.SetItemsProcessed(st.iterations() * L * L);
+}
 void BM_mean_mamba2_cores_products(benchmark::State& st) {
   const Index L = st.range(0), H = 24, P = 64, N = 128;
   std::mt19937 rng(5);
@@ -350,14 +361,10 @@ void lengths(benchmark::internal::Benchmark* b) {
   b->Unit(benchmark::kMillisecond)->UseRealTime();
 }
 // materialize_mean is O(L^2 D N): at L = 16384 one call takes minutes (Mamba-2: ~7), so the suite
-// stops at 4096 (run --benchmark_filter=... with a custom Arg for more). RWKV-4's Wkv takes the tile
-// path (its mean is not a sum of low-rank terms, docs/performance.md), so it stops at 1024.
+// stops at 4096 (run --benchmark_filter=... with a custom Arg for more). RWKV-4's Wkv takes
+// wkv_mean.hpp's blocked products (BM_mean_rwkv4_tiles: the per-channel tile path it replaced).
 void mean_lengths(benchmark::internal::Benchmark* b) {
   for (Index L : {256, 1024, 4096}) b->Arg(L);
-  b->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(1);
-}
-void short_lengths(benchmark::internal::Benchmark* b) {
-  for (Index L : {256, 1024}) b->Arg(L);
   b->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(1);
 }
 
@@ -386,11 +393,12 @@ BENCHMARK_TEMPLATE(BM_delta_mean, rwkv7_tmix)->Arg(1024)->Unit(benchmark::kMilli
 BENCHMARK_TEMPLATE(BM_materialize_mean, mamba1)->Apply(mean_lengths);
 BENCHMARK_TEMPLATE(BM_materialize_mean, mamba2)->Apply(mean_lengths);
 BENCHMARK_TEMPLATE(BM_materialize_mean, griffin)->Apply(mean_lengths);
-BENCHMARK_TEMPLATE(BM_materialize_mean, rwkv4)->Apply(short_lengths);
+BENCHMARK_TEMPLATE(BM_materialize_mean, rwkv4)->Apply(mean_lengths);
 using iattn::cpu_detail::mean_path;
 BENCHMARK_TEMPLATE(BM_mean_mamba2_path, mean_path::automatic, false)->Arg(1024)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(1);
 BENCHMARK_TEMPLATE(BM_mean_mamba2_path, mean_path::channels, false)->Arg(1024)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(1);
 BENCHMARK_TEMPLATE(BM_mean_mamba2_path, mean_path::automatic, true)->Arg(1024)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(1);
+BENCHMARK(BM_mean_rwkv4_tiles)->Arg(1024)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(1);
 BENCHMARK(BM_mean_mamba2_cores_products)->Arg(1024)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(1);
 BENCHMARK(BM_all_vim_fresh)->Arg(197)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_all_vim_reused)->Arg(197)->Unit(benchmark::kMillisecond)->UseRealTime();

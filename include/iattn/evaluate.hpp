@@ -40,8 +40,13 @@ inline std::string extent_string(Index v, const char* letter) {
 template <class H>
 void check_input(const H& h, Index rows, Index cols, const char* where, const char* argument) {
   const bool ok = (h.length() == any || rows == h.length()) && (h.channels() == any || cols == h.channels());
-  require_shape(ok, where, argument, rows, cols,
-                "(" + extent_string(h.length(), "L") + ", " + extent_string(h.channels(), "D") + ")");
+  if (ok) return;  // the expected-shape text is only built for the error
+  std::string expected = "(";
+  expected += extent_string(h.length(), "L");
+  expected += ", ";
+  expected += extent_string(h.channels(), "D");
+  expected += ")";
+  require_shape(false, where, argument, rows, cols, expected);
 }
 
 /// L from the expression, or from the caller where the expression does not fix it.

@@ -177,3 +177,65 @@ TEST_CASE("mean: expressions outside the form take the tile path", "[mean]") {
   for (Index c = 0; c < D; ++c) mean += MatD(materialize(S * S, c)) / double(D);
   check_close(materialize_mean(S * S), mean, 1e-12);
 }
+
+namespace {
+
+/// Dense per-channel WKV matrices from plain loops in double: score, its row log-sum-exp, exp.
+/// w (L or 1, D), k (L, D), u (1, D), r (L or 1, D) or empty; abs takes |r|.
+MatD wkv_mean_oracle(const MatD& w, const MatD& k, const MatD& u, const MatD& r, Index c0, Index c1, bool abs) {
+  const Index L = k.rows();
+  MatD out = MatD::Zero(L, L);
+  for (Index c = c0; c < c1; ++c)
+    for (Index t = 0; t < L; ++t) {
+      std::vector<double> score(std::size_t(t + 1));
+      double decay = 0, mx = -INFINITY;
+      score[std::size_t(t)] = u(0, c) + k(t, c);
+      for (Index s = t - 1; s >= 0; --s) {  // decay = sum_{s<q<t} w_q
+        score[std::size_t(s)] = decay + k(s, c);
+        decay += w(w.rows() == 1 ? 0 : s, c);
+      }
+      for (double v : score) mx = std::max(mx, v);
+      double z = 0;
+      for (double v : score) z += std::exp(v - mx);
+      const double rt = r.size() ? r(r.rows() == 1 ? 0 : t, c) : 1.0;
+      for (Index s = 0; s <= t; ++s)
+        out(t, s) += (abs ? std::abs(rt) : rt) * std::exp(score[std::size_t(s)] - mx) / z / double(c1 - c0);
+    }
+  return out;
+}
+
+template <class T>
+void check_wkv_mean(Index L, Index D, bool per_token, bool resets, double key_range) {
+  INFO("L = " << L << ", D = " << D << ", per-token w " << per_token << ", resets " << resets << ", keys +-" << key_range);
+  Mat<T> w = -uniform<T>(per_token ? L : 1, D, 0.0, 1.5);
+  if (resets)
+    for (Index t = 5; t < w.rows(); t += 23) w.row(t).setConstant(-std::numeric_limits<T>::infinity());
+  const Mat<T> k = uniform<T>(L, D, -key_range, key_range), u = normal<T>(1, D), r = normal<T>(L, D);
+  using namespace iattn;
+  const auto H = diagonal(r) * wkv(w, k, u);
+  const double tol = std::is_same_v<T, float> ? 2e-5 : 1e-12;
+  check_close(materialize_mean(H), wkv_mean_oracle(dd(w), dd(k), dd(u), dd(r), 0, D, false), tol);
+  check_close(materialize_mean(H, {.abs = true}), wkv_mean_oracle(dd(w), dd(k), dd(u), dd(r), 0, D, true), tol);
+  check_close(materialize_mean(wkv(w, k, u)), wkv_mean_oracle(dd(w), dd(k), dd(u), MatD(), 0, D, false), tol);
+  if (D >= 4) {  // one head of a range, and a scale
+    const mean_options o{.channels = range{D / 4, 2 * (D / 4)}};
+    check_close(materialize_mean(H, o), wkv_mean_oracle(dd(w), dd(k), dd(u), dd(r), D / 4, 2 * (D / 4), false), tol);
+    check_close(materialize_mean(T(0.5) * H), MatD(0.5 * wkv_mean_oracle(dd(w), dd(k), dd(u), dd(r), 0, D, false)), tol);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("mean: RWKV-4's diag(r) Wkv as blocked products (wkv_mean.hpp)", "[mean][wkv]") {
+  for (Index L : {1, 2, 15, 16, 17, 47, 100})
+    for (bool per_token : {false, true}) {
+      check_wkv_mean<double>(L, 9, per_token, per_token, 3.0);
+      check_wkv_mean<float>(L, 9, per_token, per_token, 3.0);
+    }
+  // Keys of +-80 in float (e^80 would overflow a factor taken alone), tails of every pack width.
+  check_wkv_mean<float>(70, 37, false, false, 80.0);
+  check_wkv_mean<double>(70, 37, true, true, 80.0);
+  // More channels than one chunk of 512, and a long row block count.
+  check_wkv_mean<double>(40, 530, false, false, 5.0);
+  check_wkv_mean<float>(333, 20, false, false, 5.0);
+}

@@ -18,6 +18,7 @@
 #include "tile.hpp"
 #include "transition.hpp"
 #include "wkv.hpp"
+#include "wkv_mean.hpp"
 
 #include <algorithm>
 #include <optional>
@@ -72,8 +73,9 @@ struct mean_request {
   bool abs = false;
 };
 /// The path of materialize_mean: the cheapest that applies (automatic), or one forced, for the
-/// benchmarks' baselines and the tests: `channels` never takes head_mean.hpp's path (mean.hpp's
-/// (channel, state) GEMMs, else tiles), `heads` takes it whenever the expression allows.
+/// benchmarks' baselines and the tests: `channels` never takes head_mean.hpp's path nor
+/// wkv_mean.hpp's (mean.hpp's (channel, state) GEMMs, else tiles), `heads` takes head_mean.hpp's
+/// whenever the expression allows.
 enum class mean_path { automatic, channels, heads };
 
 /// Mean over channels [c0, c1) of H^c (or |H^c|), accumulated tile by tile: channel evaluators
@@ -129,6 +131,10 @@ Matrix<T> materialize_mean(const Node& n, const context& cx, mean_request rq, me
         return out;
       }
     }
+  }
+  if constexpr (contains_v<Wkv<T>, Node>) {  // RWKV-4: s · diag(r) · Wkv as blocked products
+    wkv_mean_form<T> f;
+    if (path != mean_path::channels && match_wkv_mean<T>(n, f)) return wkv_mean<T>(f, cx.L, rq.c0, rq.c1, rq.abs);
   }
   mean_terms<T> terms;
   if (!rq.abs && expand_mean<T>(n, cx, terms)) return mean_of_terms<T, has_S, has_R>(terms, cx, rq.c0, rq.c1);

@@ -41,6 +41,44 @@ void row_log_norms(const Wkv<T>& n, Index L, Index c, double* ell) {
     A = logaddexp(A + double(n.decay(t, c)), k);
   }
 }
+/// For a pair of log-weights: mx = max(a, b) and ea = e^{a - mx}, eb = e^{b - mx}, with one exp
+/// (the larger of the two is exactly 1). -inf against a finite value gives 0.
+template <class P>
+void pair_exp(P a, P b, P& ea, P& eb, P& mx) {
+  mx = max(a, b);
+  const P e = exp(min(a, b) - mx), one = P::broadcast(1.0);
+  ea = select_ge(a, b, one, e);
+  eb = select_ge(a, b, e, one);
+}
+/// ell[t * ld + j] = ell_t of channel c0 + j for t < L, j < nc: the forward pass of apply_t,
+/// vectorised across the channels in double packs (one exp and one log per token and channel).
+template <class T>
+void log_norms_group(const Wkv<T>& n, Index L, Index c0, Index nc, double* ell, Index ld) {
+  const auto sz = static_cast<std::size_t>(nc);
+  std::vector<double> den(sz, 0.0), m(sz, ninf), u(sz), kb(sz), wb(sz);
+  for (Index j = 0; j < nc; ++j) u[std::size_t(j)] = n.u()(0, c0 + j);
+  auto load_row = [&](const coefficient<T>& src, Index t, std::vector<double>& dst) {
+    for (Index j = 0; j < nc; ++j) dst[std::size_t(j)] = src(src.rows() == 1 ? 0 : t, c0 + j);
+  };
+  for (Index t = 0; t < L; ++t) {
+    load_row(n.k(), t, kb);
+    if (t + 1 < L) load_row(n.w(), t, wb);  // the last token's state is never used
+    double* el = ell + t * ld;
+    simd::for_packs<double>(nc, [&](auto w, Index j) {
+      using P = simd::pack<double, decltype(w)::value>;
+      const P k = P::load(kb.data() + j), mv = P::load(m.data() + j), uk = P::load(u.data() + j) + k, de = P::load(den.data() + j);
+      P e1, e2, mo;
+      pair_exp(mv, uk, e1, e2, mo);
+      (mo + log(fma(e1, de, e2))).store(el + j);
+      if (t + 1 < L) {
+        P f1, f2, ms;
+        pair_exp(mv + P::load(wb.data() + j), k, f1, f2, ms);
+        fma(f1, de, f2).store(den.data() + j);
+        ms.store(m.data() + j);
+      }
+    });
+  }
+}
 }  // namespace wkv_detail
 
 template <class T>
@@ -64,9 +102,9 @@ struct slab_eval<Wkv<T>> {
         const P k = P::load(kb.data() + j), mv = P::load(m.data() + j), uk = P::load(u.data() + j) + k;
         const P xv = P::load(xb.data() + j), nu = P::load(num.data() + j), de = P::load(den.data() + j);
         P e1, e2, mo, f1, f2, ms;
-        pair_exp(mv, uk, e1, e2, mo);
+        wkv_detail::pair_exp(mv, uk, e1, e2, mo);
         (fma(e1, nu, e2 * xv) / fma(e1, de, e2)).store(yb.data() + j);
-        pair_exp(mv + P::load(wb.data() + j), k, f1, f2, ms);
+        wkv_detail::pair_exp(mv + P::load(wb.data() + j), k, f1, f2, ms);
         fma(f1, nu, f2 * xv).store(num.data() + j);
         fma(f1, de, f2).store(den.data() + j);
         ms.store(m.data() + j);
@@ -100,30 +138,13 @@ struct slab_eval<Wkv<T>> {
   static void apply_t_group(const Wkv<T>& n, const context& cx, Index c0, Index nc, const T* x, T* y, Index ld) {
     const Index L = cx.L;
     const auto sz = static_cast<std::size_t>(nc);
-    std::vector<double> ell(static_cast<std::size_t>(L) * sz), den(sz, 0.0), m(sz, wkv_detail::ninf), u(sz), kb(sz), wb(sz);
+    std::vector<double> ell(static_cast<std::size_t>(L) * sz), u(sz), kb(sz), wb(sz);
     std::vector<double> g(sz, 0.0), M(sz, wkv_detail::ninf), xb(sz), xn(sz), yb(sz);
     for (Index j = 0; j < nc; ++j) u[std::size_t(j)] = n.u()(0, c0 + j);
     auto load_row = [&](const coefficient<T>& src, Index t, std::vector<double>& dst) {
       for (Index j = 0; j < nc; ++j) dst[std::size_t(j)] = src(src.rows() == 1 ? 0 : t, c0 + j);
     };
-    for (Index t = 0; t < L; ++t) {
-      load_row(n.k(), t, kb);
-      if (t + 1 < L) load_row(n.w(), t, wb);  // the last token's state is never used
-      double* el = ell.data() + std::size_t(t) * sz;
-      simd::for_packs<double>(nc, [&](auto w, Index j) {
-        using P = simd::pack<double, decltype(w)::value>;
-        const P k = P::load(kb.data() + j), mv = P::load(m.data() + j), uk = P::load(u.data() + j) + k, de = P::load(den.data() + j);
-        P e1, e2, mo;
-        pair_exp(mv, uk, e1, e2, mo);
-        (mo + log(fma(e1, de, e2))).store(el + j);
-        if (t + 1 < L) {
-          P f1, f2, ms;
-          pair_exp(mv + P::load(wb.data() + j), k, f1, f2, ms);
-          fma(f1, de, f2).store(den.data() + j);
-          ms.store(m.data() + j);
-        }
-      });
-    }
+    wkv_detail::log_norms_group(n, L, c0, nc, ell.data(), nc);
     for (Index s = L - 1; s >= 0; --s) {
       load_row(n.k(), s, kb);
       const bool carry = s + 1 < L;  // G_s from G_{s+1}
@@ -136,7 +157,7 @@ struct slab_eval<Wkv<T>> {
         P gv = P::load(g.data() + j), Mv = P::load(M.data() + j);
         if (carry) {
           P ea, eb, Mn;
-          pair_exp(P::broadcast(0.0) - P::load(el + sz + j), Mv + P::load(wb.data() + j), ea, eb, Mn);
+          wkv_detail::pair_exp(P::broadcast(0.0) - P::load(el + sz + j), Mv + P::load(wb.data() + j), ea, eb, Mn);
           gv = fma(P::load(xn.data() + j), ea, gv * eb);
           Mv = Mn;
           gv.store(g.data() + j);
@@ -149,15 +170,6 @@ struct slab_eval<Wkv<T>> {
     }
   }
 
-  /// For a pair of log-weights: mx = max(a, b) and ea = e^{a - mx}, eb = e^{b - mx}, with one exp
-  /// (the larger of the two is exactly 1). -inf against a finite value gives 0.
-  template <class P>
-  static void pair_exp(P a, P b, P& ea, P& eb, P& mx) {
-    mx = max(a, b);
-    const P e = exp(min(a, b) - mx), one = P::broadcast(1.0);
-    ea = select_ge(a, b, one, e);
-    eb = select_ge(a, b, e, one);
-  }
 };
 
 template <class T>
