@@ -189,6 +189,65 @@ void BM_materialize(benchmark::State& st) {
   st.SetBytesProcessed(st.iterations() * L * L * Index(sizeof(float)));
 }
 
+// The write-into forms (issue 22): the same evaluations into one output kept across iterations,
+// beside store probes of the same bytes into fresh and into reused memory (BM_store_rows). A
+// fresh (L, D) or (L, L) result pays the first write to every page (about 12 us per 4 KiB page on
+// these VMs); the *_into forms pay it once.
+template <class Model>
+void BM_apply_into(benchmark::State& st) {
+  const auto& d = decomposition<Model>(st.range(0));
+  const Index L = d.x.rows(), D = d.x.cols();
+  Mat y;
+  for (auto _ : st) {
+    iattn::apply_into(y, d.H, d.x);
+    benchmark::DoNotOptimize(y.data());
+  }
+  st.SetItemsProcessed(st.iterations() * L * D * Model::N);
+  st.SetBytesProcessed(st.iterations() * L * D * Index(sizeof(float)));
+}
+template <class Model>
+void BM_row_into(benchmark::State& st) {
+  const auto& d = decomposition<Model>(st.range(0));
+  const Index L = d.x.rows(), D = d.x.cols();
+  Mat r;
+  for (auto _ : st) {
+    iattn::row_into(r, d.H, L - 1);
+    benchmark::DoNotOptimize(r.data());
+  }
+  st.SetItemsProcessed(st.iterations() * L * D * Model::N);
+  st.SetBytesProcessed(st.iterations() * L * D * Index(sizeof(float)));
+}
+template <class Model>
+void BM_materialize_into(benchmark::State& st) {
+  const auto& d = decomposition<Model>(st.range(0));
+  const Index L = d.x.rows();
+  Mat m;
+  for (auto _ : st) {
+    iattn::materialize_into(m, d.H, 7);
+    benchmark::DoNotOptimize(m.data());
+  }
+  st.SetItemsProcessed(st.iterations() * L * L);
+  st.SetBytesProcessed(st.iterations() * L * L * Index(sizeof(float)));
+}
+/// rows x cols floats written by every thread's share of the rows, into a fresh allocation per
+/// iteration (Fresh) or into one kept across iterations: the floor of a result of that size.
+template <bool Fresh>
+void BM_store_rows(benchmark::State& st) {
+  const Index rows = st.range(0), cols = st.range(1), n = rows * cols;
+  Mat kept = Mat::Zero(Fresh ? 0 : rows, Fresh ? 0 : cols);
+  for (auto _ : st) {
+    Mat fresh(Fresh ? rows : 0, Fresh ? cols : 0);
+    float* q = Fresh ? fresh.data() : kept.data();
+    iattn::cpu_detail::parallel_for(rows, [&](Index t) {
+      float* p = q + t * cols;
+      for (Index i = 0; i < cols; ++i) p[i] = float(i);
+    });
+    benchmark::DoNotOptimize(q);
+    benchmark::ClobberMemory();
+  }
+  st.SetBytesProcessed(st.iterations() * n * Index(sizeof(float)));
+}
+
 template <class Model>
 void BM_materialize_mean(benchmark::State& st) {
   const auto& d = decomposition<Model>(st.range(0));
@@ -380,6 +439,19 @@ IATTN_MODEL_BENCH(mamba1)
 IATTN_MODEL_BENCH(mamba2)
 IATTN_MODEL_BENCH(griffin)
 IATTN_MODEL_BENCH(rwkv4)
+BENCHMARK_TEMPLATE(BM_apply_into, mamba1)->Apply(lengths);
+BENCHMARK_TEMPLATE(BM_apply_into, griffin)->Apply(lengths);
+BENCHMARK_TEMPLATE(BM_row_into, griffin)->Apply(lengths);
+BENCHMARK_TEMPLATE(BM_materialize_into, mamba1)->Apply(lengths);
+// Store probes of the same shapes: (L, D) for Mamba-1 (D = 1536) and Griffin (D = 2560), (L, L).
+void store_shapes(benchmark::internal::Benchmark* b) {
+  for (Index L : {1024, 4096, 16384})
+    for (Index cols : {Index(1536), Index(2560), L})
+      if (cols < 16384) b->Args({L, cols});
+  b->Unit(benchmark::kMillisecond)->UseRealTime();
+}
+BENCHMARK_TEMPLATE(BM_store_rows, true)->Apply(store_shapes);
+BENCHMARK_TEMPLATE(BM_store_rows, false)->Apply(store_shapes);
 void delta_lengths(benchmark::internal::Benchmark* b) {
   for (Index L : {1024, 4096}) b->Arg(L);
   b->Unit(benchmark::kMillisecond)->UseRealTime();

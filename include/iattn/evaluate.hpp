@@ -8,6 +8,10 @@
 //   materialize_all(H)          every channel's H^c, Tensor3 (D, L, L); materialize_all_into(out, H)
 //   row(H, t), col(H, s)        row t / column s of every channel's matrix, (D, L), O(L*D*N)
 //   block(H, c, rows, cols)     a tile of H^c, for L too large to materialize
+//   apply_into(Y, H, X), materialize_into(out, H, c), row_into(out, H, t), col_into(out, H, s):
+//                               the same results written into the caller's matrix (resized only
+//                               when its shape differs): repeated calls allocate nothing and pay
+//                               no first-touch page faults
 //   bind(H, X)                  H with every GroupNorm's statistics fixed from the forward pass on X
 //
 // Each takes an optional backend tag first (`apply(iattn::cpu{}, H, X)`; cpu is the default).
@@ -98,6 +102,41 @@ auto apply(const H& h, const Eigen::MatrixBase<XD>& X) {
   return apply(cpu{}, h, X);
 }
 
+namespace detail {
+/// out resized to (rows, cols) unless it already has that shape (then its memory is reused).
+template <class T>
+void shape_output(Matrix<T>& out, Index rows, Index cols) {
+  if (out.rows() != rows || out.cols() != cols) out.resize(rows, cols);
+}
+}  // namespace detail
+
+/// Y = H X into the caller's Y, resized to (L, D) only when its shape differs: a repeated call
+/// allocates nothing and writes memory already touched. Y must not be X. An expression with an
+/// unbound GroupNorm computes its statistics on the way, in temporaries, as apply does.
+template <Operator H, class XD, Scalar T>
+void apply_into(cpu, Matrix<T>& Y, const H& h, const Eigen::MatrixBase<XD>& X) {
+  static_assert(std::is_same_v<T, detail::eval_scalar_t<H, T>>, "apply_into: Y must have the expression's scalar type");
+  static_assert(std::is_same_v<T, typename XD::Scalar>, "apply_into: X must have the expression's scalar type");
+  detail::check_input(h, X.rows(), X.cols(), "apply_into", "X");
+  const Matrix<T>& x = X.derived();
+  if (x.size() != 0 && x.data() == Y.data())
+    detail::fail("apply_into", "Y is X: the result cannot overwrite its own input; pass another matrix as Y");
+  detail::shape_output(Y, x.rows(), x.cols());
+  const cpu_detail::context cx{x.rows(), x.cols()};
+  if constexpr (has_group_norm_v<H>) {
+    if (!cpu_detail::is_bound(h)) {
+      const Matrix<T> y = cpu_detail::apply_full(h, cx, x);
+      std::copy(y.data(), y.data() + y.size(), Y.data());  // into Y's own storage
+      return;
+    }
+  }
+  cpu_detail::apply_slabs_into<T>(h, cx, x.data(), Y.data());
+}
+template <Operator H, class XD, Scalar T>
+void apply_into(Matrix<T>& Y, const H& h, const Eigen::MatrixBase<XD>& X) {
+  apply_into(cpu{}, Y, h, X);
+}
+
 /// H with every GroupNorm's statistics fixed from the forward pass on X (L, D): the frozen linear
 /// map at X. apply(bind(H, X), X) == apply(H, X); materialize and friends need a bound expression.
 template <Operator H, class XD>
@@ -127,6 +166,21 @@ auto materialize(cpu, const H& h, Index c, Index L = any) {
 template <Operator H>
 auto materialize(const H& h, Index c, Index L = any) {
   return materialize(cpu{}, h, c, L);
+}
+
+/// Channel c's (L, L) matrix into the caller's out (resized only when its shape differs).
+template <Operator H, Scalar T>
+void materialize_into(cpu, Matrix<T>& out, const H& h, Index c, Index L = any) {
+  static_assert(std::is_same_v<T, detail::eval_scalar_t<H, T>>, "materialize_into: out must have the expression's scalar type");
+  L = detail::resolve_length(h, L, "materialize_into");
+  detail::check_channel(h, c, "materialize_into");
+  detail::require_bound(h, "materialize_into");
+  detail::shape_output(out, L, L);
+  cpu_detail::materialize_into<T>(h, cpu_detail::context{L, detail::resolve_channels(h, c)}, c, out.data());
+}
+template <Operator H, Scalar T>
+void materialize_into(Matrix<T>& out, const H& h, Index c, Index L = any) {
+  materialize_into(cpu{}, out, h, c, L);
 }
 
 /// Mean over the D channels of H^c, (L, L).
@@ -271,6 +325,42 @@ auto row(cpu, const H& h, Index t, Index L = any) {
 template <Operator H>
 auto row(const H& h, Index t, Index L = any) {
   return row(cpu{}, h, t, L);
+}
+
+/// Row t (is_row) or column t of every channel's matrix into out (D, L), resized only when its
+/// shape differs.
+namespace detail {
+template <class H, Scalar T>
+void row_or_col_into(Matrix<T>& out, const H& h, Index k, Index L, bool is_row) {
+  static_assert(std::is_same_v<T, eval_scalar_t<H, T>>, "row_into/col_into: out must have the expression's scalar type");
+  const char* where = is_row ? "row_into" : "col_into";
+  L = resolve_length(h, L, where);
+  if (k < 0 || k >= L)
+    fail(where, std::string(is_row ? "t" : "s") + " = " + std::to_string(k) + " is out of range [0, L=" + std::to_string(L) + ")");
+  if (h.channels() == any) fail(where, "the expression does not fix the channel count D");
+  require_bound(h, where);
+  shape_output(out, h.channels(), L);
+  cpu_detail::row_or_col_into<T>(h, cpu_detail::context{L, h.channels()}, k, is_row, out.data());
+}
+}  // namespace detail
+
+/// Row t of every channel's matrix into the caller's out (D, L), resized only when its shape differs.
+template <Operator H, Scalar T>
+void row_into(cpu, Matrix<T>& out, const H& h, Index t, Index L = any) {
+  detail::row_or_col_into(out, h, t, L, true);
+}
+template <Operator H, Scalar T>
+void row_into(Matrix<T>& out, const H& h, Index t, Index L = any) {
+  detail::row_or_col_into(out, h, t, L, true);
+}
+/// Column s of every channel's matrix into the caller's out (D, L), resized only when its shape differs.
+template <Operator H, Scalar T>
+void col_into(cpu, Matrix<T>& out, const H& h, Index s, Index L = any) {
+  detail::row_or_col_into(out, h, s, L, false);
+}
+template <Operator H, Scalar T>
+void col_into(Matrix<T>& out, const H& h, Index s, Index L = any) {
+  detail::row_or_col_into(out, h, s, L, false);
 }
 
 /// Column s of every channel's matrix, (D, L): result(c, t) = H^c[t, s].

@@ -4,6 +4,7 @@
 #include "support/expressions.hpp"
 
 using namespace test;
+using Catch::Matchers::Contains;
 
 namespace {
 
@@ -29,6 +30,28 @@ void check_properties(const H& h, const MatD& x, double tol, bool causal) {
       check_close(k.row(c), M[std::size_t(c)].col(t).transpose(), tol);
     }
   }
+  // The write-into forms: the same values, every entry written (outputs start as NaN), the
+  // caller's storage kept when its shape already fits.
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  MatD Y(1, 1);
+  apply_into(Y, h, x);
+  check_close(Y, y, tol);  // a bound GroupNorm: fused slabs here, apply composes the factors
+  const double* storage = Y.data();
+  Y.setConstant(nan);
+  apply_into(Y, h, x);
+  REQUIRE(Y.data() == storage);
+  check_close(Y, y, tol);
+  MatD xa = x;
+  REQUIRE_THROWS_WITH(apply_into(xa, h, xa), Contains("apply_into: Y is X"));
+  MatD Mc = MatD::Constant(L, L, nan);
+  materialize_into(Mc, h, D - 1);
+  check_close(Mc, M[std::size_t(D - 1)], 0.0);
+  MatD R = MatD::Constant(D, L, nan), K = MatD::Constant(D, L, nan);
+  row_into(R, h, L - 1);
+  col_into(K, h, 0);
+  check_close(R, MatD(row(h, L - 1)), 0.0);
+  check_close(K, MatD(col(h, 0)), 0.0);
+  REQUIRE_THROWS_WITH(row_into(R, h, L), Contains("row_into: t = " + std::to_string(L) + " is out of range"));
   if (L >= 3) {
     const range rows{L / 3, L}, cols{1, std::max<Index>(2, 2 * L / 3)};
     check_close(block(h, D - 1, rows, cols), M[std::size_t(D - 1)].block(rows.begin, cols.begin, rows.size(), cols.size()), tol);

@@ -263,14 +263,21 @@ Matrix<T> griffin_forward(const griffin_weights<T>& w, const Matrix<T>& u, std::
 
 namespace griffin_detail {
 /// sum_k diag([segment_pos >= k] w[K-1-k]) Lag_k: the document-masked conv as an expression.
+/// Without a document boundary inside the conv's reach (segment_pos[t] >= min(t, taps - 1) for
+/// every t: the mask is 1 wherever Lag_k reads a token) each diagonal is one row (1, D), constant
+/// over tokens, so apply reads 4 rows instead of 4 (L, D) tensors (issue 22: Griffin's apply was
+/// bound by that traffic, superlinear in L once the tensors left the cache).
 template <class T, std::size_t... K>
 auto masked_conv(const Matrix<T>& w, const std::vector<Index>& seg, Index L, std::index_sequence<K...>) {
   const Index D = w.cols(), taps = w.rows();
+  bool unmasked = true;
+  for (Index t = 0; t < L && unmasked; ++t) unmasked = seg[std::size_t(t)] >= std::min(t, taps - 1);
   auto term = [&](Index k) {
-    Matrix<T> coef(L, D), lag = Matrix<T>::Zero(k + 1, D);
+    Matrix<T> coef(unmasked ? 1 : L, D), lag = Matrix<T>::Zero(k + 1, D);
     lag.row(0).setOnes();  // taps (k+1, D): tap 0 multiplies x_{t-k}
-    for (Index t = 0; t < L; ++t)
-      for (Index ch = 0; ch < D; ++ch) coef(t, ch) = k < taps && seg[std::size_t(t)] >= k ? w(taps - 1 - k, ch) : T(0);
+    for (Index t = 0; t < coef.rows(); ++t)
+      for (Index ch = 0; ch < D; ++ch)
+        coef(t, ch) = k < taps && (unmasked || seg[std::size_t(t)] >= k) ? w(taps - 1 - k, ch) : T(0);
     return diagonal(std::move(coef)) * causal_conv(std::move(lag));
   };
   return (term(Index(K)) + ...);

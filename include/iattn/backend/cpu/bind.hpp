@@ -26,33 +26,63 @@ namespace iattn::cpu_detail {
 /// block in cache for moderate L.
 inline constexpr Index slab_width = 128;
 
-/// Y = H X for a bound expression, slab by slab (in parallel): the fused, channel-local pass. A
-/// chain that streams (streams_rows_v: diag * scan * diag * conv) reads X's rows and writes Y's in
-/// place; everything else runs on copied (L, nc) slabs.
+/// How apply_slabs_into reads and writes: H^T instead of H (transposed_op), the result as (D, L)
+/// instead of (L, D) (transpose_out: channel c's L values contiguous, what row and col return), and
+/// the input e_onehot in every channel instead of X (X unused: no (L, D) one-hot matrix is formed).
+struct slab_io {
+  bool transposed_op = false;
+  bool transpose_out = false;
+  Index onehot = -1;
+};
+
+/// Y = H X (or the variants of slab_io) for a bound expression into the caller's Y, slab by slab
+/// (in parallel): the fused, channel-local pass. A chain that streams (streams_rows_v: diag * scan
+/// * diag * conv) reads X's rows and writes Y's in place; everything else runs on (L, nc) slabs
+/// taken from the threads' scratch pools. Y must not alias X.
 template <class T, class Node>
-Matrix<T> apply_slabs(const Node& n, const context& cx, const Matrix<T>& X, bool transposed = false) {
-  Matrix<T> Y(cx.L, cx.D);
-  if (cx.L == 0 || cx.D == 0) return Y;
-  const Index nslabs = (cx.D + slab_width - 1) / slab_width;
+void apply_slabs_into(const Node& n, const context& cx, const T* X, T* Y, slab_io io = {}) {
+  if (cx.L == 0 || cx.D == 0) return;
+  const Index nslabs = (cx.D + slab_width - 1) / slab_width, L = cx.L;
   if constexpr (streams_rows_v<T, Node>) {
-    if (!transposed) {
+    if (!io.transposed_op && !io.transpose_out && io.onehot < 0) {
       parallel_for(nslabs, [&](Index s) {
         const Index c0 = s * slab_width, nc = std::min(slab_width, cx.D - c0);
-        row_ops<T> io;
-        io.ldx = io.ldy = cx.D;
-        apply_scaled(n, cx, c0, nc, X.data() + c0, Y.data() + c0, io);
+        row_ops<T> rio;
+        rio.ldx = rio.ldy = cx.D;
+        apply_scaled(n, cx, c0, nc, X + c0, Y + c0, rio);
       });
-      return Y;
+      return;
     }
   }
   parallel_for(nslabs, [&](Index s) {
     const Index c0 = s * slab_width, nc = std::min(slab_width, cx.D - c0);
-    scratch<T> x(cx.L * nc), y(cx.L * nc);
-    for (Index t = 0; t < cx.L; ++t) std::copy(X.row(t).data() + c0, X.row(t).data() + c0 + nc, x.data() + t * nc);
-    if (transposed) slab_eval<Node>::apply_t(n, cx, c0, nc, x.data(), y.data());
+    scratch<T> x(L * nc), y(L * nc);
+    if (io.onehot >= 0) {
+      std::fill(x.data(), x.data() + L * nc, T(0));
+      std::fill(x.data() + io.onehot * nc, x.data() + (io.onehot + 1) * nc, T(1));
+    } else {
+      for (Index t = 0; t < L; ++t) std::copy(X + t * cx.D + c0, X + t * cx.D + c0 + nc, x.data() + t * nc);
+    }
+    if (io.transposed_op) slab_eval<Node>::apply_t(n, cx, c0, nc, x.data(), y.data());
     else slab_eval<Node>::apply(n, cx, c0, nc, x.data(), y.data());
-    for (Index t = 0; t < cx.L; ++t) std::copy(y.data() + t * nc, y.data() + (t + 1) * nc, Y.row(t).data() + c0);
+    if (io.transpose_out) {
+      constexpr Index tb = 32;  // a block of tokens per pass keeps the slab's rows and Y's lines in cache
+      for (Index t0 = 0; t0 < L; t0 += tb)
+        for (Index c = 0; c < nc; ++c) {
+          T* dst = Y + (c0 + c) * L;
+          for (Index t = t0; t < std::min(L, t0 + tb); ++t) dst[t] = y[t * nc + c];
+        }
+    } else {
+      for (Index t = 0; t < L; ++t) std::copy(y.data() + t * nc, y.data() + (t + 1) * nc, Y + t * cx.D + c0);
+    }
   });
+}
+
+/// Y = H X (H^T X with transposed) for a bound expression, as a new (L, D) matrix.
+template <class T, class Node>
+Matrix<T> apply_slabs(const Node& n, const context& cx, const Matrix<T>& X, bool transposed = false) {
+  Matrix<T> Y(cx.L, cx.D);
+  apply_slabs_into(n, cx, X.data(), Y.data(), slab_io{transposed, false, -1});
   return Y;
 }
 

@@ -51,19 +51,24 @@ void structured_block(const channel_eval<Node, T>& ev, Index i0, Index i1, Index
   ev.block(i0, i1, j0, j1, out);
 }
 
+/// Channel c's (L, L) matrix into out (L * L, row-major): every entry written.
 template <class T, class Node>
-Matrix<T> materialize(const Node& n, const context& cx, Index c) {
-  Matrix<T> out(cx.L, cx.L);
-  if (cx.L == 0) return out;
+void materialize_into(const Node& n, const context& cx, Index c, T* out) {
+  if (cx.L == 0) return;
   const channel_eval<Node, T> ev(n, cx, c);
   const Index nb = (cx.L + tile_size - 1) / tile_size;
   parallel_for(nb, [&](Index bi) {
     const Index i0 = bi * tile_size, i1 = std::min(cx.L, i0 + tile_size);
     for (Index bj = 0; bj < nb; ++bj) {
       const Index j0 = bj * tile_size, j1 = std::min(cx.L, j0 + tile_size);
-      structured_block(ev, i0, i1, j0, j1, tile<T>{out.data() + i0 * cx.L + j0, i1 - i0, j1 - j0, cx.L});
+      structured_block(ev, i0, i1, j0, j1, tile<T>{out + i0 * cx.L + j0, i1 - i0, j1 - j0, cx.L});
     }
   });
+}
+template <class T, class Node>
+Matrix<T> materialize(const Node& n, const context& cx, Index c) {
+  Matrix<T> out(cx.L, cx.L);
+  materialize_into<T>(n, cx, c, out.data());
   return out;
 }
 
@@ -185,10 +190,14 @@ void materialize_all(const Node& n, const context& cx, T* out) {
 
 /// (D, L): row t (transposed apply of e_t) or column s (apply of e_s) of every channel's matrix.
 template <class T, class Node>
+void row_or_col_into(const Node& n, const context& cx, Index k, bool is_row, T* out) {
+  apply_slabs_into<T>(n, cx, nullptr, out, slab_io{is_row, true, k});
+}
+template <class T, class Node>
 Matrix<T> row_or_col(const Node& n, const context& cx, Index k, bool is_row) {
-  Matrix<T> E = Matrix<T>::Zero(cx.L, cx.D);
-  E.row(k).setOnes();
-  return apply_slabs(n, cx, E, is_row).transpose();
+  Matrix<T> out(cx.D, cx.L);
+  row_or_col_into<T>(n, cx, k, is_row, out.data());
+  return out;
 }
 
 template <class T, class Node>

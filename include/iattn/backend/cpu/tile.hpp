@@ -175,14 +175,59 @@ struct slab_eval;
 template <class Node, class T>
 void apply_scaled(const Node& n, const context& cx, Index c0, Index nc, const T* x, T* y, const row_ops<T>& sc);
 
+/// Buffers a thread's scratch gave back, kept for its next scratch of at most that size: memory
+/// the thread has already written, so a repeated evaluation pays no first-touch page faults (about
+/// 12 us per 4 KiB page on the VMs of docs/performance.md, more than the slab's arithmetic). At
+/// most scratch_pool_keep buffers and scratch_pool_bytes in all are kept per thread; larger ones
+/// are freed as before.
+inline constexpr std::size_t scratch_pool_keep = 8, scratch_pool_bytes = std::size_t(64) << 20;
+template <class T>
+struct scratch_pool {
+  struct buffer {
+    std::size_t size;
+    std::unique_ptr<T[]> p;
+  };
+  std::vector<buffer> kept;
+  std::size_t bytes = 0;
+  static scratch_pool& local() {
+    thread_local scratch_pool pool;
+    return pool;
+  }
+  /// The smallest kept buffer of at least n elements, or a new one.
+  buffer take(std::size_t n) {
+    std::size_t best = kept.size();
+    for (std::size_t i = 0; i < kept.size(); ++i)
+      if (kept[i].size >= n && (best == kept.size() || kept[i].size < kept[best].size)) best = i;
+    if (best == kept.size()) return {n, std::unique_ptr<T[]>(new T[n])};
+    buffer b = std::move(kept[best]);
+    kept.erase(kept.begin() + std::ptrdiff_t(best));
+    bytes -= b.size * sizeof(T);
+    return b;
+  }
+  void give(buffer b) {
+    if (!b.p || b.size * sizeof(T) > scratch_pool_bytes) return;
+    while (!kept.empty() && (kept.size() >= scratch_pool_keep || bytes + b.size * sizeof(T) > scratch_pool_bytes)) {
+      bytes -= kept.front().size * sizeof(T);  // the oldest goes first
+      kept.erase(kept.begin());
+    }
+    bytes += b.size * sizeof(T);
+    kept.push_back(std::move(b));
+  }
+};
+
 /// Uninitialised scratch for one (L, nc) slab: every evaluator writes its whole output before
-/// reading it, so no pass is spent zeroing.
+/// reading it, so no pass is spent zeroing. Taken from and given back to the thread's pool.
 template <class T>
 struct scratch {
-  std::unique_ptr<T[]> p;
-  explicit scratch(Index n) : p(new T[std::size_t(std::max<Index>(n, 1))]) {}
-  T* data() const { return p.get(); }
-  T& operator[](Index i) const { return p[std::size_t(i)]; }
+  typename scratch_pool<T>::buffer b;
+  explicit scratch(Index n) : b(scratch_pool<T>::local().take(std::size_t(std::max<Index>(n, 1)))) {}
+  scratch(scratch&&) = default;
+  scratch(const scratch&) = delete;
+  scratch& operator=(const scratch&) = delete;
+  scratch& operator=(scratch&&) = delete;
+  ~scratch() { scratch_pool<T>::local().give(std::move(b)); }
+  T* data() const { return b.p.get(); }
+  T& operator[](Index i) const { return b.p[std::size_t(i)]; }
 };
 
 template <class Node, class T>
