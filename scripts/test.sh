@@ -16,7 +16,8 @@ fi
 bash scripts/deps.sh --sanitize
 echo "== stage 2: AddressSanitizer + UndefinedBehaviorSanitizer (clang)"
 # clang compiles the tests in less time than g++ and checks more (float-cast-overflow, for one).
-CXX=clang++ cmake -S . -B build-sanitize -DCMAKE_BUILD_TYPE= "-DCMAKE_CXX_FLAGS=-O1 -g" \
+# Line tables only: reports keep file:line, the objects are a third of -g's size (faster builds).
+CXX=clang++ cmake -S . -B build-sanitize -DCMAKE_BUILD_TYPE= "-DCMAKE_CXX_FLAGS=-O1 -gline-tables-only" \
   -DIATTN_BUILD_TESTS=ON -DIATTN_BUILD_EXAMPLES=OFF -DIATTN_INSTALL=OFF -DIATTN_SANITIZE=address,undefined
 cmake --build build-sanitize -j2
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
@@ -24,7 +25,7 @@ ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
 echo "== stage 3: ThreadSanitizer on the concurrency stress test"
 # Debian's libgomp is not built with ThreadSanitizer (its barriers read as races), so OpenMP runs
 # one thread here; the test's own std::threads share one expression.
-cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE= "-DCMAKE_CXX_FLAGS=-O1 -g" -DIATTN_BUILD_TESTS=ON \
+cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE= "-DCMAKE_CXX_FLAGS=-O1 -g1" -DIATTN_BUILD_TESTS=ON \
   -DIATTN_BUILD_EXAMPLES=OFF -DIATTN_INSTALL=OFF -DIATTN_SANITIZE=thread
 cmake --build build-tsan -j2 --target reliability_test
 OMP_NUM_THREADS=1 TSAN_OPTIONS=halt_on_error=1 ./build-tsan/tests/reliability_test "[threads]"
