@@ -47,7 +47,7 @@ def peak(by, prefix, key):
 
 
 def cell(kind, row, fma, store):
-    text = f"{row['ms']:.3g} ms"
+    text = f"{row['ms']:.3g} ms" if row["ms"] < 1000 else f"{row['ms']:.0f} ms"
     if kind in ("apply", "row") and row.get("items_per_second", 0) > 0:
         text += f" ({row['items_per_second'] / 1e9:.2f} G/s)"
     elif kind == "materialize" and row.get("bytes_per_second", 0) > 0 and store:

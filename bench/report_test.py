@@ -62,6 +62,10 @@ class ReportTest(unittest.TestCase):
         self.assertAlmostEqual(by["BM_apply<x>/8"]["ms"], 1500.0)
         self.assertAlmostEqual(by["BM_row<x>/8"]["ms"], 0.25)
 
+    def test_long_times_in_plain_ms(self):
+        text = report.report({"benchmarks": [run("BM_materialize_mean<m>/4096", 2708.4, 0, flops=1e9)]})
+        self.assertIn("| 4096 | – | – | – | 2708 ms (1 GFLOP/s) |", text)
+
     def test_no_peaks(self):
         text = report.report({"benchmarks": [run("BM_materialize_mean<m>/64", 1.0, 0, flops=1e9)]})
         self.assertIn("not measured", text)
