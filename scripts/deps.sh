@@ -2,7 +2,7 @@
 # Installs the Debian packages iattn needs when they are missing (Debian 12 names).
 # Usage: scripts/deps.sh [--bench] [--sanitize]
 set -euo pipefail
-pkgs=(g++ cmake make libeigen3-dev libxsimd-dev catch2 libstb-dev)
+pkgs=(g++ cmake make libeigen3-dev libxsimd-dev catch2 libstb-dev nlohmann-json3-dev)
 for a in "$@"; do
   [ "$a" = "--bench" ] && pkgs+=(libbenchmark-dev python3-torch libopenblas0-pthread)
   [ "$a" = "--sanitize" ] && pkgs+=(clang libclang-rt-14-dev libomp-14-dev)  # the sanitizer stages

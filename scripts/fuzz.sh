@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs="${1:-60}"
-pkgs=(clang libclang-rt-14-dev libeigen3-dev)
+pkgs=(clang libclang-rt-14-dev libeigen3-dev nlohmann-json3-dev)
 missing=()
 for p in "${pkgs[@]}"; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then
@@ -15,7 +15,7 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 mkdir -p build-fuzz
 status=0
-for target in npy expr; do
+for target in npy expr safetensors; do
   echo "== fuzz_${target}: building"
   clang++ -std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
     -Iinclude -I/usr/include/eigen3 "fuzz/${target}_fuzz.cpp" -o "build-fuzz/${target}_fuzz"
