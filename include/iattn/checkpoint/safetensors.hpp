@@ -218,6 +218,13 @@ class file {
     return m;
   }
 
+  /// Throws unless `name` has `rank` axes; `expected` describes them in the message ("(d_inner, d_state)").
+  void require_rank(const std::string& name, std::size_t rank, const std::string& expected) const {
+    const tensor_info& t = info(name);
+    if (t.shape.size() != rank)
+      detail::fail(label_, "tensor '" + name + "' has shape " + detail::shape_string(t.shape) + ", expected " + expected);
+  }
+
   /// Throws unless `name` has exactly `shape`.
   void require_shape(const std::string& name, const std::vector<std::int64_t>& shape) const {
     const tensor_info& t = info(name);

@@ -1,0 +1,55 @@
+// Mamba mixers loaded from a checkpoint that transformers' save_pretrained wrote
+// (tools/reference/make_checkpoint_fixtures.py): each layer's forward and decomposition on the
+// mixer input transformers saw equal the mixer output transformers computed (in double), and a
+// malformed checkpoint is refused naming the tensor.
+#include <iattn/checkpoint/mamba.hpp>
+#include <iattn/explain/npy.hpp>
+
+#include "support/model_checks.hpp"
+
+#include <fstream>
+#include <iterator>
+
+using Catch::Matchers::Contains;
+using namespace test;
+using namespace iattn::models;
+
+namespace {
+const std::string dir = std::string(IATTN_TEST_DATA_DIR) + "/checkpoint/mamba/";
+}
+
+TEMPLATE_TEST_CASE("checkpoint: MambaForCausalLM mixers from save_pretrained equal transformers' mixer outputs", "[checkpoint]", float, double) {
+  using T = TestType;
+  const auto f = iattn::safetensors::file::open(dir + "model.safetensors");
+  REQUIRE(iattn::checkpoint::mamba_layers(f) == std::vector<Index>{0, 1});
+  for (Index i : {0, 1}) {
+    INFO("layer " << i);
+    const auto w = iattn::checkpoint::mamba_weights_from<T>(f, i);
+    REQUIRE(w.config.d_model == 16);
+    REQUIRE(w.config.d_state == 4);
+    REQUIRE(w.config.d_inner() == 32);
+    REQUIRE(w.config.rank() == 3);
+    const iattn::Matrix<T> u = iattn::npy::read_matrix<double>(dir + "mixer_in_" + std::to_string(i) + ".npy").template cast<T>();
+    const MatD ref = iattn::npy::read_matrix<double>(dir + "mixer_out_" + std::to_string(i) + ".npy");
+    const double tol = std::is_same_v<T, float> ? 1e-5 : 1e-10;
+    check_close(mamba_forward(w, u), ref, tol);
+    check_exact<T>(iattn::Matrix<T>(ref.cast<T>()), mamba_decompose(w, u));
+  }
+}
+
+TEST_CASE("checkpoint: malformed Mamba checkpoints name the tensor", "[checkpoint]") {
+  const auto f = iattn::safetensors::file::open(dir + "model.safetensors");
+  REQUIRE_THROWS_WITH(iattn::checkpoint::mamba_weights_from<float>(f, 2), Contains("no tensor 'backbone.layers.2.mixer.A_log'"));
+  // A checkpoint without one tensor: rebuild the file without x_proj of layer 0.
+  std::ifstream in(dir + "model.safetensors", std::ios::binary);
+  const std::string bytes{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  const std::string name = "backbone.layers.0.mixer.x_proj.weight";
+  std::string renamed = bytes;
+  const auto at = renamed.find(name);
+  REQUIRE(at != std::string::npos);
+  renamed.replace(at, name.size(), "backbone.layers.0.mixer.x_proj.weighX");  // same length: offsets stay valid
+  const auto g = iattn::safetensors::file::from_bytes(renamed, "edited");
+  REQUIRE_THROWS_WITH(iattn::checkpoint::mamba_weights_from<float>(g, 0),
+                      Contains("safetensors: edited: no tensor 'backbone.layers.0.mixer.x_proj.weight'"));
+  REQUIRE_NOTHROW(iattn::checkpoint::mamba_weights_from<float>(g, 1));
+}

@@ -1,0 +1,58 @@
+#!/usr/bin/env python3
+"""Writes tests/data/checkpoint/: a tiny random MambaForCausalLM saved by transformers'
+save_pretrained (model.safetensors, float32), and, for one input, every layer's mixer input and
+output from transformers' own forward in float64 (the model's float32 weights cast to double), for
+tests/checkpoint/mamba_checkpoint_test.cpp.
+
+    bash tools/reference/setup_venv.sh && .venv/bin/python tools/reference/make_checkpoint_fixtures.py
+
+Files: mamba/model.safetensors, mamba/config.json, mamba/mixer_in_<i>.npy and mamba/mixer_out_<i>.npy
+(L, hidden_size) float64.
+"""
+import os
+import shutil
+import tempfile
+
+import numpy as np
+import torch
+from transformers import MambaConfig, MambaForCausalLM
+
+OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "data", "checkpoint", "mamba")
+
+
+def main():
+    torch.manual_seed(20261125)
+    cfg = MambaConfig(vocab_size=40, hidden_size=16, state_size=4, num_hidden_layers=2, expand=2, conv_kernel=4,
+                      time_step_rank=3, use_conv_bias=True, use_bias=False)
+    model = MambaForCausalLM(cfg).eval()
+    with torch.no_grad():  # move D and A_log off their initial constants so every field matters
+        for layer in model.backbone.layers:
+            layer.mixer.D.add_(0.3 * torch.randn_like(layer.mixer.D))
+            layer.mixer.A_log.add_(0.2 * torch.randn_like(layer.mixer.A_log))
+    os.makedirs(OUT, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        model.save_pretrained(tmp, safe_serialization=True)
+        shutil.copy(os.path.join(tmp, "model.safetensors"), os.path.join(OUT, "model.safetensors"))
+        shutil.copy(os.path.join(tmp, "config.json"), os.path.join(OUT, "config.json"))
+    model = model.double()
+    captured = {}
+
+    def hook(i):
+        def fn(module, args, kwargs, output):
+            x = args[0] if args else kwargs["hidden_states"]
+            captured[i] = (x[0].detach().numpy(), output[0].detach().numpy())
+        return fn
+
+    for i, layer in enumerate(model.backbone.layers):
+        layer.mixer.register_forward_hook(hook(i), with_kwargs=True)
+    ids = torch.randint(0, cfg.vocab_size, (1, 11))
+    with torch.no_grad():
+        model(input_ids=ids, use_cache=False)
+    for i, (x, y) in captured.items():
+        np.save(os.path.join(OUT, f"mixer_in_{i}.npy"), x.astype(np.float64))
+        np.save(os.path.join(OUT, f"mixer_out_{i}.npy"), y.astype(np.float64))
+    print("wrote", sorted(os.listdir(OUT)))
+
+
+if __name__ == "__main__":
+    main()
