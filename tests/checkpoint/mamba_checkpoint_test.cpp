@@ -5,6 +5,8 @@
 #include <iattn/checkpoint/mamba.hpp>
 #include <iattn/explain/npy.hpp>
 
+#include <iattn/models/mamba2.hpp>
+
 #include "support/model_checks.hpp"
 
 #include <fstream>
@@ -35,6 +37,31 @@ TEMPLATE_TEST_CASE("checkpoint: MambaForCausalLM mixers from save_pretrained equ
     check_close(mamba_forward(w, u), ref, tol);
     check_exact<T>(iattn::Matrix<T>(ref.cast<T>()), mamba_decompose(w, u));
   }
+}
+
+// transformers' Mamba-2 torch path computes its scan and gated norm in float32 whatever the model's
+// dtype, so its outputs are float32-accurate: compared at 2e-5 relative to 1 + max (a wrong field
+// or layout is off by O(1)).
+TEMPLATE_TEST_CASE("checkpoint: Mamba2ForCausalLM mixers from save_pretrained equal transformers' mixer outputs", "[checkpoint]", float, double) {
+  using T = TestType;
+  const std::string d2 = std::string(IATTN_TEST_DATA_DIR) + "/checkpoint/mamba2/";
+  const auto f = iattn::safetensors::file::open(d2 + "model.safetensors");
+  REQUIRE(iattn::checkpoint::mamba_layers(f) == std::vector<Index>{0, 1});
+  for (Index i : {0, 1}) {
+    INFO("layer " << i);
+    const auto w = iattn::checkpoint::mamba2_weights_from<T>(f, i, 2, 1e-5);
+    REQUIRE(w.config.d_state == 8);
+    REQUIRE(w.config.headdim == 4);
+    REQUIRE(w.config.nheads() == 8);
+    const iattn::Matrix<T> u = iattn::npy::read_matrix<double>(d2 + "mixer_in_" + std::to_string(i) + ".npy").template cast<T>();
+    const MatD ref = iattn::npy::read_matrix<double>(d2 + "mixer_out_" + std::to_string(i) + ".npy");
+    check_close(mamba2_forward(w, u), ref, 2e-5);
+    const auto d = mamba2_decompose(w, u);
+    check_close(d.output(), ref, 2e-5);
+  }
+  // n_groups is not in the shapes: a value the shapes cannot take is refused.
+  REQUIRE_THROWS_WITH(iattn::checkpoint::mamba2_weights_from<float>(f, 0, 3),
+                      Contains("tensor 'backbone.layers.0.mixer.conv1d.weight': conv_dim = 64 is not d_inner + 2*n_groups*d_state"));
 }
 
 TEST_CASE("checkpoint: malformed Mamba checkpoints name the tensor", "[checkpoint]") {

@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
-"""Writes tests/data/checkpoint/: a tiny random MambaForCausalLM saved by transformers'
-save_pretrained (model.safetensors, float32), and, for one input, every layer's mixer input and
-output from transformers' own forward in float64 (the model's float32 weights cast to double), for
-tests/checkpoint/mamba_checkpoint_test.cpp.
+"""Writes tests/data/checkpoint/: tiny random MambaForCausalLM and Mamba2ForCausalLM models saved by
+transformers' save_pretrained (model.safetensors, float32), and, for one input, every layer's mixer
+input and output from transformers' own forward in float64 (the model's float32 weights cast to
+double), for tests/checkpoint/mamba_checkpoint_test.cpp. (Mamba-2's torch path computes its scan
+and gated norm in float32 whatever the model's dtype, so its outputs are float32-accurate.)
 
     bash tools/reference/setup_venv.sh && .venv/bin/python tools/reference/make_checkpoint_fixtures.py
 
-Files: mamba/model.safetensors, mamba/config.json, mamba/mixer_in_<i>.npy and mamba/mixer_out_<i>.npy
-(L, hidden_size) float64.
+Files: <model>/model.safetensors, <model>/config.json, <model>/mixer_in_<i>.npy and
+<model>/mixer_out_<i>.npy (L, hidden_size) float64, for <model> in mamba, mamba2.
 """
 import os
 import shutil
@@ -15,16 +16,13 @@ import tempfile
 
 import numpy as np
 import torch
-from transformers import MambaConfig, MambaForCausalLM
+from transformers import Mamba2Config, Mamba2ForCausalLM, MambaConfig, MambaForCausalLM
 
-OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "data", "checkpoint", "mamba")
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "data", "checkpoint")
 
 
-def main():
-    torch.manual_seed(20261125)
-    cfg = MambaConfig(vocab_size=40, hidden_size=16, state_size=4, num_hidden_layers=2, expand=2, conv_kernel=4,
-                      time_step_rank=3, use_conv_bias=True, use_bias=False)
-    model = MambaForCausalLM(cfg).eval()
+def write(name, model, vocab_size):
+    OUT = os.path.join(ROOT, name)
     with torch.no_grad():  # move D and A_log off their initial constants so every field matters
         for layer in model.backbone.layers:
             layer.mixer.D.add_(0.3 * torch.randn_like(layer.mixer.D))
@@ -40,18 +38,30 @@ def main():
     def hook(i):
         def fn(module, args, kwargs, output):
             x = args[0] if args else kwargs["hidden_states"]
-            captured[i] = (x[0].detach().numpy(), output[0].detach().numpy())
+            y = output[0] if isinstance(output, tuple) else output
+            captured[i] = (x[0].detach().numpy(), y[0].detach().numpy())
         return fn
 
     for i, layer in enumerate(model.backbone.layers):
         layer.mixer.register_forward_hook(hook(i), with_kwargs=True)
-    ids = torch.randint(0, cfg.vocab_size, (1, 11))
+    ids = torch.randint(0, vocab_size, (1, 11))
     with torch.no_grad():
         model(input_ids=ids, use_cache=False)
     for i, (x, y) in captured.items():
         np.save(os.path.join(OUT, f"mixer_in_{i}.npy"), x.astype(np.float64))
         np.save(os.path.join(OUT, f"mixer_out_{i}.npy"), y.astype(np.float64))
-    print("wrote", sorted(os.listdir(OUT)))
+    print("wrote", OUT, sorted(os.listdir(OUT)))
+
+
+def main():
+    torch.manual_seed(20261125)
+    cfg = MambaConfig(vocab_size=40, hidden_size=16, state_size=4, num_hidden_layers=2, expand=2, conv_kernel=4,
+                      time_step_rank=3, use_conv_bias=True, use_bias=False)
+    write("mamba", MambaForCausalLM(cfg).eval(), cfg.vocab_size)
+    cfg2 = Mamba2Config(vocab_size=40, hidden_size=16, state_size=8, num_heads=8, head_dim=4, expand=2, n_groups=2,
+                        conv_kernel=4, num_hidden_layers=2, chunk_size=4, use_conv_bias=True, use_bias=False,
+                        layer_norm_epsilon=1e-5)
+    write("mamba2", Mamba2ForCausalLM(cfg2).eval(), cfg2.vocab_size)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,12 @@
 // iattn/checkpoint/mamba.hpp: Mamba mixers' weights from a Hugging Face checkpoint.
 //
-//   mamba_layers(f)                 the layer indices i of "backbone.layers.<i>.mixer.*" in f
+//   mamba_layers(f)                 the layer indices i of "backbone.layers.<i>.mixer.A_log" in f
+//                                   (MambaForCausalLM and Mamba2ForCausalLM alike)
 //   mamba_weights_from<T>(f, i)     layer i's MambaMixer parameters as mamba_weights<T>
+//   mamba2_weights_from<T>(f, i, n_groups, eps)
+//                                   layer i's Mamba2Mixer parameters as mamba2_weights<T>; n_groups
+//                                   and eps (config.json's "n_groups", "layer_norm_epsilon") are
+//                                   not determined by the shapes
 //
 // Hugging Face's MambaForCausalLM (transformers model types `mamba` and `falcon_mamba`) names a
 // mixer's parameters as mamba_ssm's `Mamba` does, under "backbone.layers.<i>.mixer.": in_proj,
@@ -15,6 +20,7 @@
 #pragma once
 
 #include "../models/mamba.hpp"
+#include "../models/mamba2.hpp"
 #include "safetensors.hpp"
 
 #include <set>
@@ -79,6 +85,51 @@ models::mamba_weights<T> mamba_weights_from(const safetensors::file& f, Index la
   w.dt_proj_bias = f.matrix<T>(p + "dt_proj.bias");
   w.A_log = f.matrix<T>(p + "A_log");
   w.D = f.matrix<T>(p + "D");
+  w.out_proj_weight = f.matrix<T>(p + "out_proj.weight");
+  w.check();
+  return w;
+}
+
+/// Layer `layer`'s Mamba2Mixer weights (prefix "backbone.layers.<layer>.mixer."). The shapes give
+/// nheads (A_log), d_inner (norm.weight), d_model (in_proj), conv_dim and d_conv (conv1d); with
+/// n_groups they give d_state = (conv_dim − d_inner) / (2 n_groups) and head_dim = d_inner / nheads.
+template <Scalar T>
+models::mamba2_weights<T> mamba2_weights_from(const safetensors::file& f, Index layer, Index n_groups, double eps = 1e-5) {
+  const std::string p = "backbone.layers." + std::to_string(layer) + ".mixer.";
+  for (const char* bias : {"in_proj.bias", "out_proj.bias"})
+    if (f.contains(p + bias))
+      safetensors::detail::fail(f.label(), "tensor '" + p + bias + "': projection biases (use_bias=True) are not modelled by mamba2_weights");
+  f.require_rank(p + "A_log", 1, "(nheads,)");
+  f.require_rank(p + "norm.weight", 1, "(d_inner,)");
+  f.require_rank(p + "in_proj.weight", 2, "(2*d_inner + 2*n_groups*d_state + nheads, d_model)");
+  f.require_rank(p + "conv1d.weight", 3, "(conv_dim, 1, d_conv)");
+  const std::int64_t H = f.info(p + "A_log").shape[0], di = f.info(p + "norm.weight").shape[0];
+  const std::int64_t dm = f.info(p + "in_proj.weight").shape[1];
+  const std::int64_t cd = f.info(p + "conv1d.weight").shape[0], K = f.info(p + "conv1d.weight").shape[2];
+  auto bad = [&](const std::string& tensor, const std::string& what) { safetensors::detail::fail(f.label(), "tensor '" + p + tensor + "': " + what); };
+  if (n_groups < 1) bad("conv1d.weight", "n_groups must be >= 1, got " + std::to_string(n_groups));
+  if (H < 1 || di % H != 0) bad("norm.weight", "d_inner = " + std::to_string(di) + " is not a multiple of nheads = " + std::to_string(H) + " (from A_log)");
+  if (dm < 1 || di % dm != 0) bad("in_proj.weight", "d_inner = " + std::to_string(di) + " is not a multiple of d_model = " + std::to_string(dm));
+  if (cd <= di || (cd - di) % (2 * n_groups) != 0)
+    bad("conv1d.weight", "conv_dim = " + std::to_string(cd) + " is not d_inner + 2*n_groups*d_state for d_inner = " + std::to_string(di) +
+                             ", n_groups = " + std::to_string(n_groups));
+  const std::int64_t N = (cd - di) / (2 * n_groups);
+  f.require_shape(p + "in_proj.weight", {di + cd + H, dm});
+  f.require_shape(p + "conv1d.weight", {cd, 1, K});
+  f.require_shape(p + "conv1d.bias", {cd});
+  f.require_shape(p + "dt_bias", {H});
+  f.require_shape(p + "D", {H});
+  f.require_shape(p + "out_proj.weight", {dm, di});
+  models::mamba2_weights<T> w;
+  w.config = {.d_model = Index(dm), .d_state = Index(N), .d_conv = Index(K), .expand = Index(di / dm),
+              .headdim = Index(di / H), .ngroups = n_groups, .eps = eps};
+  w.in_proj_weight = f.matrix<T>(p + "in_proj.weight");
+  w.conv1d_weight = f.matrix<T>(p + "conv1d.weight", Index(cd), Index(K));
+  w.conv1d_bias = f.matrix<T>(p + "conv1d.bias");
+  w.dt_bias = f.matrix<T>(p + "dt_bias");
+  w.A_log = f.matrix<T>(p + "A_log");
+  w.D = f.matrix<T>(p + "D");
+  w.norm_weight = f.matrix<T>(p + "norm.weight");
   w.out_proj_weight = f.matrix<T>(p + "out_proj.weight");
   w.check();
   return w;
