@@ -8,7 +8,8 @@ and gated norm in float32 whatever the model's dtype, so its outputs are float32
     bash tools/reference/setup_venv.sh && .venv/bin/python tools/reference/make_checkpoint_fixtures.py
 
 Files: <model>/model.safetensors, <model>/config.json, <model>/mixer_in_<i>.npy and
-<model>/mixer_out_<i>.npy (L, hidden_size) float64, for <model> in mamba, mamba2.
+<model>/mixer_out_<i>.npy (L, hidden_size) float64, for <model> in mamba, mamba2, rwkv (the time
+mixing of each block).
 """
 import os
 import shutil
@@ -16,17 +17,23 @@ import tempfile
 
 import numpy as np
 import torch
-from transformers import Mamba2Config, Mamba2ForCausalLM, MambaConfig, MambaForCausalLM
+from transformers import Mamba2Config, Mamba2ForCausalLM, MambaConfig, MambaForCausalLM, RwkvConfig, RwkvForCausalLM
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "data", "checkpoint")
 
 
 def write(name, model, vocab_size):
     OUT = os.path.join(ROOT, name)
-    with torch.no_grad():  # move D and A_log off their initial constants so every field matters
-        for layer in model.backbone.layers:
-            layer.mixer.D.add_(0.3 * torch.randn_like(layer.mixer.D))
-            layer.mixer.A_log.add_(0.2 * torch.randn_like(layer.mixer.A_log))
+    rwkv = name == "rwkv"
+    mixers = [b.attention for b in model.rwkv.blocks] if rwkv else [layer.mixer for layer in model.backbone.layers]
+    with torch.no_grad():  # move the constant initial values so every field matters
+        for m in mixers:
+            if rwkv:
+                m.time_first.add_(0.3 * torch.randn_like(m.time_first))
+                m.time_decay.add_(0.3 * torch.randn_like(m.time_decay))
+            else:
+                m.D.add_(0.3 * torch.randn_like(m.D))
+                m.A_log.add_(0.2 * torch.randn_like(m.A_log))
     os.makedirs(OUT, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         model.save_pretrained(tmp, safe_serialization=True)
@@ -42,8 +49,8 @@ def write(name, model, vocab_size):
             captured[i] = (x[0].detach().numpy(), y[0].detach().numpy())
         return fn
 
-    for i, layer in enumerate(model.backbone.layers):
-        layer.mixer.register_forward_hook(hook(i), with_kwargs=True)
+    for i, m in enumerate([b.attention for b in model.rwkv.blocks] if rwkv else [layer.mixer for layer in model.backbone.layers]):
+        m.register_forward_hook(hook(i), with_kwargs=True)
     ids = torch.randint(0, vocab_size, (1, 11))
     with torch.no_grad():
         model(input_ids=ids, use_cache=False)
@@ -62,6 +69,9 @@ def main():
                         conv_kernel=4, num_hidden_layers=2, chunk_size=4, use_conv_bias=True, use_bias=False,
                         layer_norm_epsilon=1e-5)
     write("mamba2", Mamba2ForCausalLM(cfg2).eval(), cfg2.vocab_size)
+    cfg3 = RwkvConfig(vocab_size=40, hidden_size=16, attention_hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+                      context_length=64, rescale_every=0)
+    write("rwkv", RwkvForCausalLM(cfg3).eval(), cfg3.vocab_size)
 
 
 if __name__ == "__main__":

@@ -1,11 +1,13 @@
-// Mamba mixers loaded from a checkpoint that transformers' save_pretrained wrote
-// (tools/reference/make_checkpoint_fixtures.py): each layer's forward and decomposition on the
-// mixer input transformers saw equal the mixer output transformers computed (in double), and a
-// malformed checkpoint is refused naming the tensor.
+// Mixers loaded from checkpoints that transformers' save_pretrained wrote (Mamba, Mamba-2, RWKV;
+// tools/reference/make_checkpoint_fixtures.py): each layer's forward and decomposition on the mixer
+// input transformers saw equal the mixer output transformers computed (in double), and a malformed
+// checkpoint is refused naming the tensor.
 #include <iattn/checkpoint/mamba.hpp>
+#include <iattn/checkpoint/rwkv.hpp>
 #include <iattn/explain/npy.hpp>
 
 #include <iattn/models/mamba2.hpp>
+#include <iattn/models/rwkv4.hpp>
 
 #include "support/model_checks.hpp"
 
@@ -62,6 +64,28 @@ TEMPLATE_TEST_CASE("checkpoint: Mamba2ForCausalLM mixers from save_pretrained eq
   // n_groups is not in the shapes: a value the shapes cannot take is refused.
   REQUIRE_THROWS_WITH(iattn::checkpoint::mamba2_weights_from<float>(f, 0, 3),
                       Contains("tensor 'backbone.layers.0.mixer.conv1d.weight': conv_dim = 64 is not d_inner + 2*n_groups*d_state"));
+}
+
+TEMPLATE_TEST_CASE("checkpoint: RwkvForCausalLM time mixing from save_pretrained equals transformers' attention outputs", "[checkpoint]", float, double) {
+  using T = TestType;
+  const std::string d3 = std::string(IATTN_TEST_DATA_DIR) + "/checkpoint/rwkv/";
+  const auto f = iattn::safetensors::file::open(d3 + "model.safetensors");
+  REQUIRE(iattn::checkpoint::rwkv_layers(f) == std::vector<Index>{0, 1});
+  REQUIRE(iattn::checkpoint::mamba_layers(f).empty());
+  for (Index i : {0, 1}) {
+    INFO("block " << i);
+    const auto w = iattn::checkpoint::rwkv4_weights_from<T>(f, i);
+    REQUIRE(w.config.hidden_size == 16);
+    REQUIRE(w.config.attention_hidden_size == 16);
+    const iattn::Matrix<T> u = iattn::npy::read_matrix<double>(d3 + "mixer_in_" + std::to_string(i) + ".npy").template cast<T>();
+    const MatD ref = iattn::npy::read_matrix<double>(d3 + "mixer_out_" + std::to_string(i) + ".npy");
+    // transformers' CPU WKV rounds the keys to float32 (`current_key.float()`) even in a double
+    // model: its double outputs carry float32-rounded keys, hence 2e-7 there.
+    const iattn::Matrix<T> y = rwkv4_forward(w, u);
+    check_close(y, ref, std::is_same_v<T, float> ? 1e-5 : 2e-7);
+    check_exact<T>(y, rwkv4_decompose(w, u));
+  }
+  REQUIRE_THROWS_WITH(iattn::checkpoint::rwkv4_weights_from<float>(f, 5), Contains("no tensor 'rwkv.blocks.5.attention.time_decay'"));
 }
 
 TEST_CASE("checkpoint: malformed Mamba checkpoints name the tensor", "[checkpoint]") {
