@@ -1,12 +1,15 @@
-// Mixers loaded from checkpoints that transformers' save_pretrained wrote (Mamba, Mamba-2, RWKV;
+// Mixers loaded from checkpoints that transformers' save_pretrained wrote (Mamba, Mamba-2, RWKV,
+// RecurrentGemma;
 // tools/reference/make_checkpoint_fixtures.py): each layer's forward and decomposition on the mixer
 // input transformers saw equal the mixer output transformers computed (in double), and a malformed
 // checkpoint is refused naming the tensor.
 #include <iattn/checkpoint/mamba.hpp>
+#include <iattn/checkpoint/recurrent_gemma.hpp>
 #include <iattn/checkpoint/rwkv.hpp>
 #include <iattn/explain/npy.hpp>
 
 #include <iattn/models/mamba2.hpp>
+#include <iattn/models/griffin.hpp>
 #include <iattn/models/rwkv4.hpp>
 
 #include "support/model_checks.hpp"
@@ -86,6 +89,26 @@ TEMPLATE_TEST_CASE("checkpoint: RwkvForCausalLM time mixing from save_pretrained
     check_exact<T>(y, rwkv4_decompose(w, u));
   }
   REQUIRE_THROWS_WITH(iattn::checkpoint::rwkv4_weights_from<float>(f, 5), Contains("no tensor 'rwkv.blocks.5.attention.time_decay'"));
+}
+
+// transformers runs RecurrentGemma's RG-LRU scan in float32 (acc_dtype) whatever the model's
+// dtype: compared at 1e-5.
+TEMPLATE_TEST_CASE("checkpoint: RecurrentGemmaForCausalLM recurrent blocks from save_pretrained equal transformers' block outputs", "[checkpoint]", float, double) {
+  using T = TestType;
+  const std::string d4 = std::string(IATTN_TEST_DATA_DIR) + "/checkpoint/recurrent_gemma/";
+  const auto f = iattn::safetensors::file::open(d4 + "model.safetensors");
+  REQUIRE(iattn::checkpoint::recurrent_gemma_layers(f) == std::vector<Index>{0, 1});
+  for (Index i : {0, 1}) {
+    INFO("block " << i);
+    const auto w = iattn::checkpoint::griffin_weights_from<T>(f, i);
+    REQUIRE(w.config.lru_width == 24);
+    REQUIRE(w.config.num_heads == 4);
+    const iattn::Matrix<T> u = iattn::npy::read_matrix<double>(d4 + "mixer_in_" + std::to_string(i) + ".npy").template cast<T>();
+    const MatD ref = iattn::npy::read_matrix<double>(d4 + "mixer_out_" + std::to_string(i) + ".npy");
+    const iattn::Matrix<T> y = griffin_forward(w, u);
+    check_close(y, ref, 1e-5);
+    check_exact<T>(y, griffin_decompose(w, u));
+  }
 }
 
 TEST_CASE("checkpoint: malformed Mamba checkpoints name the tensor", "[checkpoint]") {

@@ -9,7 +9,8 @@ and gated norm in float32 whatever the model's dtype, so its outputs are float32
 
 Files: <model>/model.safetensors, <model>/config.json, <model>/mixer_in_<i>.npy and
 <model>/mixer_out_<i>.npy (L, hidden_size) float64, for <model> in mamba, mamba2, rwkv (the time
-mixing of each block).
+mixing of each block), recurrent_gemma (each recurrent block; transformers runs its RG-LRU scan in
+float32).
 """
 import os
 import shutil
@@ -17,20 +18,29 @@ import tempfile
 
 import numpy as np
 import torch
-from transformers import Mamba2Config, Mamba2ForCausalLM, MambaConfig, MambaForCausalLM, RwkvConfig, RwkvForCausalLM
+from transformers import (Mamba2Config, Mamba2ForCausalLM, MambaConfig, MambaForCausalLM, RecurrentGemmaConfig,
+                          RecurrentGemmaForCausalLM, RwkvConfig, RwkvForCausalLM)
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "data", "checkpoint")
 
 
 def write(name, model, vocab_size):
     OUT = os.path.join(ROOT, name)
-    rwkv = name == "rwkv"
-    mixers = [b.attention for b in model.rwkv.blocks] if rwkv else [layer.mixer for layer in model.backbone.layers]
+    rwkv, rg = name == "rwkv", name == "recurrent_gemma"
+    if rwkv:
+        mixers = [b.attention for b in model.rwkv.blocks]
+    elif rg:
+        mixers = [layer.temporal_block for layer in model.model.layers]
+    else:
+        mixers = [layer.mixer for layer in model.backbone.layers]
     with torch.no_grad():  # move the constant initial values so every field matters
         for m in mixers:
             if rwkv:
                 m.time_first.add_(0.3 * torch.randn_like(m.time_first))
                 m.time_decay.add_(0.3 * torch.randn_like(m.time_decay))
+            elif rg:
+                for prm in [m.conv_1d.bias, m.linear_x.bias, m.rg_lru.input_gate_bias, m.rg_lru.recurrent_gate_bias]:
+                    prm.add_(0.3 * torch.randn_like(prm))
             else:
                 m.D.add_(0.3 * torch.randn_like(m.D))
                 m.A_log.add_(0.2 * torch.randn_like(m.A_log))
@@ -49,7 +59,7 @@ def write(name, model, vocab_size):
             captured[i] = (x[0].detach().numpy(), y[0].detach().numpy())
         return fn
 
-    for i, m in enumerate([b.attention for b in model.rwkv.blocks] if rwkv else [layer.mixer for layer in model.backbone.layers]):
+    for i, m in enumerate(mixers):
         m.register_forward_hook(hook(i), with_kwargs=True)
     ids = torch.randint(0, vocab_size, (1, 11))
     with torch.no_grad():
@@ -72,6 +82,10 @@ def main():
     cfg3 = RwkvConfig(vocab_size=40, hidden_size=16, attention_hidden_size=16, intermediate_size=32, num_hidden_layers=2,
                       context_length=64, rescale_every=0)
     write("rwkv", RwkvForCausalLM(cfg3).eval(), cfg3.vocab_size)
+    cfg4 = RecurrentGemmaConfig(vocab_size=40, hidden_size=16, lru_width=24, num_attention_heads=4, num_key_value_heads=1,
+                                intermediate_size=32, num_hidden_layers=2, block_types=["recurrent"], conv1d_width=4,
+                                attention_window_size=16)
+    write("recurrent_gemma", RecurrentGemmaForCausalLM(cfg4).eval(), cfg4.vocab_size)
 
 
 if __name__ == "__main__":
