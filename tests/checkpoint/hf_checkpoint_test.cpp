@@ -111,6 +111,29 @@ TEMPLATE_TEST_CASE("checkpoint: RecurrentGemmaForCausalLM recurrent blocks from 
   }
 }
 
+// The whole MambaForCausalLM in C++: embedding, norms, residuals, norm_f, tied lm_head. transformers
+// keeps the residual stream in float32 (residual_in_fp32) and its RMSNorm computes in float32
+// whatever the model's dtype, so its double logits are float32-accurate: compared at 1e-5.
+TEMPLATE_TEST_CASE("checkpoint: MambaForCausalLM's logits and mixer inputs from the C++ runner", "[checkpoint]", float, double) {
+  using T = TestType;
+  const auto f = iattn::safetensors::file::open(dir + "model.safetensors");
+  const auto lm = iattn::checkpoint::mamba_lm_from<T>(f, 1e-5);
+  REQUIRE(lm.layers.size() == 2);
+  const auto idd = iattn::npy::read(dir + "input_ids.npy");
+  std::vector<Index> ids;
+  for (double v : idd.data) ids.push_back(Index(v));
+  const auto tr = iattn::checkpoint::mamba_lm_run(lm, ids);
+  check_close(tr.logits, iattn::npy::read_matrix<double>(dir + "logits.npy"), 1e-5);
+  for (Index i : {0, 1})
+    check_close(tr.mixer_inputs[std::size_t(i)], iattn::npy::read_matrix<double>(dir + "mixer_in_" + std::to_string(i) + ".npy"), 1e-5);
+  // The maps come from the runner's own mixer inputs: out_proj(Hx + beta) is the mixer's output.
+  const auto d = mamba_decompose(lm.layers[1], tr.mixer_inputs[1]);
+  check_exact<T>(mamba_forward(lm.layers[1], tr.mixer_inputs[1]), d);
+  std::vector<Index> bad = ids;
+  bad[3] = 40;
+  REQUIRE_THROWS_WITH(iattn::checkpoint::mamba_lm_run(lm, bad), Contains("token id 40 at position 3 is outside the vocabulary [0, 40)"));
+}
+
 TEST_CASE("checkpoint: malformed Mamba checkpoints name the tensor", "[checkpoint]") {
   const auto f = iattn::safetensors::file::open(dir + "model.safetensors");
   REQUIRE_THROWS_WITH(iattn::checkpoint::mamba_weights_from<float>(f, 2), Contains("no tensor 'backbone.layers.2.mixer.A_log'"));

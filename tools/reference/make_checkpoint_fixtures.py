@@ -8,7 +8,7 @@ and gated norm in float32 whatever the model's dtype, so its outputs are float32
     bash tools/reference/setup_venv.sh && .venv/bin/python tools/reference/make_checkpoint_fixtures.py
 
 Files: <model>/model.safetensors, <model>/config.json, <model>/mixer_in_<i>.npy and
-<model>/mixer_out_<i>.npy (L, hidden_size) float64, for <model> in mamba, mamba2, rwkv (the time
+<model>/mixer_out_<i>.npy (L, hidden_size) float64, input_ids.npy and logits.npy (L, vocab), for <model> in mamba, mamba2, rwkv (the time
 mixing of each block), recurrent_gemma (each recurrent block; transformers runs its RG-LRU scan in
 float32).
 """
@@ -63,7 +63,9 @@ def write(name, model, vocab_size):
         m.register_forward_hook(hook(i), with_kwargs=True)
     ids = torch.randint(0, vocab_size, (1, 11))
     with torch.no_grad():
-        model(input_ids=ids, use_cache=False)
+        out = model(input_ids=ids, use_cache=False)
+    np.save(os.path.join(OUT, "input_ids.npy"), ids[0].numpy().astype(np.float64))
+    np.save(os.path.join(OUT, "logits.npy"), out.logits[0].detach().numpy().astype(np.float64))
     for i, (x, y) in captured.items():
         np.save(os.path.join(OUT, f"mixer_in_{i}.npy"), x.astype(np.float64))
         np.save(os.path.join(OUT, f"mixer_out_{i}.npy"), y.astype(np.float64))

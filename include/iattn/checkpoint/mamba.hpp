@@ -7,6 +7,11 @@
 //                                   layer i's Mamba2Mixer parameters as mamba2_weights<T>; n_groups
 //                                   and eps (config.json's "n_groups", "layer_norm_epsilon") are
 //                                   not determined by the shapes
+//   mamba_lm_from<T>(f, eps), mamba_lm_run(lm, ids)
+//                                   the whole MambaForCausalLM: embedding, per layer RMSNorm, mixer
+//                                   and residual, final norm, lm_head (tied to the embedding when
+//                                   the checkpoint has no lm_head.weight); the run returns every
+//                                   layer's mixer input (what mamba_decompose takes) and the logits
 //
 // Hugging Face's MambaForCausalLM (transformers model types `mamba` and `falcon_mamba`) names a
 // mixer's parameters as mamba_ssm's `Mamba` does, under "backbone.layers.<i>.mixer.": in_proj,
@@ -23,6 +28,7 @@
 #include "../models/mamba2.hpp"
 #include "safetensors.hpp"
 
+#include <cmath>
 #include <set>
 #include <string>
 #include <vector>
@@ -88,6 +94,91 @@ models::mamba_weights<T> mamba_weights_from(const safetensors::file& f, Index la
   w.out_proj_weight = f.matrix<T>(p + "out_proj.weight");
   w.check();
   return w;
+}
+
+/// A MambaForCausalLM read from its checkpoint.
+template <Scalar T>
+struct mamba_lm {
+  Matrix<T> embeddings;                         ///< (vocab, d_model)  backbone.embeddings.weight
+  std::vector<models::mamba_weights<T>> layers;  ///< backbone.layers.<i>.mixer.*
+  std::vector<Matrix<T>> norms;                  ///< (1, d_model) each  backbone.layers.<i>.norm.weight
+  Matrix<T> norm_f;                              ///< (1, d_model)  backbone.norm_f.weight
+  Matrix<T> lm_head;                             ///< (vocab, d_model)  lm_head.weight, or the embeddings
+  double eps = 1e-5;                             ///< config.json's layer_norm_epsilon
+};
+
+/// What one forward pass of a mamba_lm computed.
+template <Scalar T>
+struct mamba_lm_trace {
+  std::vector<Matrix<T>> mixer_inputs;  ///< per layer, (L, d_model): the normed input of its mixer
+  Matrix<T> hidden;                     ///< (L, d_model) after norm_f
+  Matrix<T> logits;                     ///< (L, vocab)
+};
+
+/// Every layer of a MambaForCausalLM checkpoint (layers 0 .. n-1, none missing).
+template <Scalar T>
+mamba_lm<T> mamba_lm_from(const safetensors::file& f, double eps = 1e-5) {
+  mamba_lm<T> lm;
+  lm.eps = eps;
+  f.require_rank("backbone.embeddings.weight", 2, "(vocab_size, hidden_size)");
+  lm.embeddings = f.matrix<T>("backbone.embeddings.weight");
+  const Index dm = lm.embeddings.cols();
+  const std::vector<Index> ids = mamba_layers(f);
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    if (ids[i] != Index(i)) f.info("backbone.layers." + std::to_string(i) + ".mixer.A_log");  // throws: a gap
+    lm.layers.push_back(mamba_weights_from<T>(f, Index(i)));
+    if (lm.layers.back().config.d_model != dm)
+      safetensors::detail::fail(f.label(), "tensor 'backbone.layers." + std::to_string(i) + ".mixer.in_proj.weight': d_model " +
+                                               std::to_string(lm.layers.back().config.d_model) + " differs from the embeddings' " + std::to_string(dm));
+    const std::string norm = "backbone.layers." + std::to_string(i) + ".norm.weight";
+    f.require_shape(norm, {dm});
+    lm.norms.push_back(f.matrix<T>(norm));
+  }
+  f.require_shape("backbone.norm_f.weight", {dm});
+  lm.norm_f = f.matrix<T>("backbone.norm_f.weight");
+  if (f.contains("lm_head.weight")) {
+    f.require_shape("lm_head.weight", {lm.embeddings.rows(), dm});
+    lm.lm_head = f.matrix<T>("lm_head.weight");
+  } else {
+    lm.lm_head = lm.embeddings;  // tie_word_embeddings
+  }
+  return lm;
+}
+
+namespace detail {
+/// x / sqrt(mean(x^2) + eps) * weight, per row (MambaRMSNorm).
+template <class T>
+Matrix<T> rms_norm_rows(const Matrix<T>& x, const Matrix<T>& weight, double eps) {
+  Matrix<T> y(x.rows(), x.cols());
+  for (Index t = 0; t < x.rows(); ++t) {
+    const double ms = x.row(t).template cast<double>().squaredNorm() / double(std::max<Index>(x.cols(), 1));
+    const T s = T(1.0 / std::sqrt(ms + eps));
+    y.row(t) = (x.row(t).array() * s * weight.row(0).array()).matrix();
+  }
+  return y;
+}
+}  // namespace detail
+
+/// The forward pass on token ids: embedding, then per layer x += mixer(RMSNorm(x)), norm_f, lm_head.
+template <Scalar T>
+mamba_lm_trace<T> mamba_lm_run(const mamba_lm<T>& lm, const std::vector<Index>& ids) {
+  const Index L = Index(ids.size()), V = lm.embeddings.rows();
+  Matrix<T> x(L, lm.embeddings.cols());
+  for (Index t = 0; t < L; ++t) {
+    const Index id = ids[std::size_t(t)];
+    if (id < 0 || id >= V)
+      iattn::detail::fail("mamba_lm_run", "token id " + std::to_string(id) + " at position " + std::to_string(t) +
+                                              " is outside the vocabulary [0, " + std::to_string(V) + ")");
+    x.row(t) = lm.embeddings.row(id);
+  }
+  mamba_lm_trace<T> tr;
+  for (std::size_t i = 0; i < lm.layers.size(); ++i) {
+    tr.mixer_inputs.push_back(detail::rms_norm_rows(x, lm.norms[i], lm.eps));
+    x += models::mamba_forward(lm.layers[i], tr.mixer_inputs.back());
+  }
+  tr.hidden = detail::rms_norm_rows(x, lm.norm_f, lm.eps);
+  tr.logits = tr.hidden * lm.lm_head.transpose();
+  return tr;
 }
 
 /// Layer `layer`'s Mamba2Mixer weights (prefix "backbone.layers.<layer>.mixer."). The shapes give
