@@ -122,7 +122,7 @@ TEMPLATE_TEST_CASE("checkpoint: MambaForCausalLM's logits and mixer inputs from 
   const auto idd = iattn::npy::read(dir + "input_ids.npy");
   std::vector<Index> ids;
   for (double v : idd.data) ids.push_back(Index(v));
-  const auto tr = iattn::checkpoint::mamba_lm_run(lm, ids);
+  const auto tr = iattn::checkpoint::lm_run(lm, ids);
   check_close(tr.logits, iattn::npy::read_matrix<double>(dir + "logits.npy"), 1e-5);
   for (Index i : {0, 1})
     check_close(tr.mixer_inputs[std::size_t(i)], iattn::npy::read_matrix<double>(dir + "mixer_in_" + std::to_string(i) + ".npy"), 1e-5);
@@ -131,7 +131,21 @@ TEMPLATE_TEST_CASE("checkpoint: MambaForCausalLM's logits and mixer inputs from 
   check_exact<T>(mamba_forward(lm.layers[1], tr.mixer_inputs[1]), d);
   std::vector<Index> bad = ids;
   bad[3] = 40;
-  REQUIRE_THROWS_WITH(iattn::checkpoint::mamba_lm_run(lm, bad), Contains("token id 40 at position 3 is outside the vocabulary [0, 40)"));
+  REQUIRE_THROWS_WITH(iattn::checkpoint::lm_run(lm, bad), Contains("token id 40 at position 3 is outside the vocabulary [0, 40)"));
+}
+
+TEMPLATE_TEST_CASE("checkpoint: Mamba2ForCausalLM's logits and mixer inputs from the C++ runner", "[checkpoint]", float, double) {
+  using T = TestType;
+  const std::string d2 = std::string(IATTN_TEST_DATA_DIR) + "/checkpoint/mamba2/";
+  const auto f = iattn::safetensors::file::open(d2 + "model.safetensors");
+  const auto lm = iattn::checkpoint::mamba2_lm_from<T>(f, 2, 1e-5);
+  REQUIRE(lm.layers.size() == 2);
+  std::vector<Index> ids;
+  for (double v : iattn::npy::read(d2 + "input_ids.npy").data) ids.push_back(Index(v));
+  const auto tr = iattn::checkpoint::lm_run(lm, ids);
+  check_close(tr.logits, iattn::npy::read_matrix<double>(d2 + "logits.npy"), 2e-5);
+  for (Index i : {0, 1})
+    check_close(tr.mixer_inputs[std::size_t(i)], iattn::npy::read_matrix<double>(d2 + "mixer_in_" + std::to_string(i) + ".npy"), 2e-5);
 }
 
 TEST_CASE("checkpoint: malformed Mamba checkpoints name the tensor", "[checkpoint]") {

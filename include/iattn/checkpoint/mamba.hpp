@@ -7,11 +7,12 @@
 //                                   layer i's Mamba2Mixer parameters as mamba2_weights<T>; n_groups
 //                                   and eps (config.json's "n_groups", "layer_norm_epsilon") are
 //                                   not determined by the shapes
-//   mamba_lm_from<T>(f, eps), mamba_lm_run(lm, ids)
-//                                   the whole MambaForCausalLM: embedding, per layer RMSNorm, mixer
-//                                   and residual, final norm, lm_head (tied to the embedding when
-//                                   the checkpoint has no lm_head.weight); the run returns every
-//                                   layer's mixer input (what mamba_decompose takes) and the logits
+//   mamba_lm_from<T>(f, eps), mamba2_lm_from<T>(f, n_groups, eps), lm_run(lm, ids)
+//                                   the whole MambaForCausalLM / Mamba2ForCausalLM: embedding, per
+//                                   layer RMSNorm, mixer and residual, final norm, lm_head (tied to
+//                                   the embedding when the checkpoint has no lm_head.weight); the
+//                                   run returns every layer's mixer input (what the decompositions
+//                                   take) and the logits
 //
 // Hugging Face's MambaForCausalLM (transformers model types `mamba` and `falcon_mamba`) names a
 // mixer's parameters as mamba_ssm's `Mamba` does, under "backbone.layers.<i>.mixer.": in_proj,
@@ -30,6 +31,7 @@
 
 #include <cmath>
 #include <set>
+#include <type_traits>
 #include <string>
 #include <vector>
 
@@ -96,29 +98,36 @@ models::mamba_weights<T> mamba_weights_from(const safetensors::file& f, Index la
   return w;
 }
 
-/// A MambaForCausalLM read from its checkpoint.
-template <Scalar T>
-struct mamba_lm {
-  Matrix<T> embeddings;                         ///< (vocab, d_model)  backbone.embeddings.weight
-  std::vector<models::mamba_weights<T>> layers;  ///< backbone.layers.<i>.mixer.*
-  std::vector<Matrix<T>> norms;                  ///< (1, d_model) each  backbone.layers.<i>.norm.weight
-  Matrix<T> norm_f;                              ///< (1, d_model)  backbone.norm_f.weight
-  Matrix<T> lm_head;                             ///< (vocab, d_model)  lm_head.weight, or the embeddings
-  double eps = 1e-5;                             ///< config.json's layer_norm_epsilon
+/// A MambaForCausalLM or Mamba2ForCausalLM read from its checkpoint: W is the mixer's weights type.
+template <class W>
+struct ssm_lm {
+  using scalar = typename decltype(W{}.in_proj_weight)::Scalar;
+  Matrix<scalar> embeddings;      ///< (vocab, d_model)  backbone.embeddings.weight
+  std::vector<W> layers;          ///< backbone.layers.<i>.mixer.*
+  std::vector<Matrix<scalar>> norms;  ///< (1, d_model) each  backbone.layers.<i>.norm.weight
+  Matrix<scalar> norm_f;          ///< (1, d_model)  backbone.norm_f.weight
+  Matrix<scalar> lm_head;         ///< (vocab, d_model)  lm_head.weight, or the embeddings
+  double eps = 1e-5;              ///< config.json's layer_norm_epsilon
 };
-
-/// What one forward pass of a mamba_lm computed.
 template <Scalar T>
-struct mamba_lm_trace {
+using mamba_lm = ssm_lm<models::mamba_weights<T>>;
+template <Scalar T>
+using mamba2_lm = ssm_lm<models::mamba2_weights<T>>;
+
+/// What one forward pass of an ssm_lm computed.
+template <Scalar T>
+struct lm_trace {
   std::vector<Matrix<T>> mixer_inputs;  ///< per layer, (L, d_model): the normed input of its mixer
   Matrix<T> hidden;                     ///< (L, d_model) after norm_f
   Matrix<T> logits;                     ///< (L, vocab)
 };
 
-/// Every layer of a MambaForCausalLM checkpoint (layers 0 .. n-1, none missing).
-template <Scalar T>
-mamba_lm<T> mamba_lm_from(const safetensors::file& f, double eps = 1e-5) {
-  mamba_lm<T> lm;
+namespace detail {
+/// The embedding, norms and head around the layers read by `layer_from(i)`.
+template <class W, class F>
+ssm_lm<W> ssm_lm_from(const safetensors::file& f, double eps, F&& layer_from) {
+  using T = typename ssm_lm<W>::scalar;
+  ssm_lm<W> lm;
   lm.eps = eps;
   f.require_rank("backbone.embeddings.weight", 2, "(vocab_size, hidden_size)");
   lm.embeddings = f.matrix<T>("backbone.embeddings.weight");
@@ -126,7 +135,7 @@ mamba_lm<T> mamba_lm_from(const safetensors::file& f, double eps = 1e-5) {
   const std::vector<Index> ids = mamba_layers(f);
   for (std::size_t i = 0; i < ids.size(); ++i) {
     if (ids[i] != Index(i)) f.info("backbone.layers." + std::to_string(i) + ".mixer.A_log");  // throws: a gap
-    lm.layers.push_back(mamba_weights_from<T>(f, Index(i)));
+    lm.layers.push_back(layer_from(Index(i)));
     if (lm.layers.back().config.d_model != dm)
       safetensors::detail::fail(f.label(), "tensor 'backbone.layers." + std::to_string(i) + ".mixer.in_proj.weight': d_model " +
                                                std::to_string(lm.layers.back().config.d_model) + " differs from the embeddings' " + std::to_string(dm));
@@ -145,7 +154,6 @@ mamba_lm<T> mamba_lm_from(const safetensors::file& f, double eps = 1e-5) {
   return lm;
 }
 
-namespace detail {
 /// x / sqrt(mean(x^2) + eps) * weight, per row (MambaRMSNorm).
 template <class T>
 Matrix<T> rms_norm_rows(const Matrix<T>& x, const Matrix<T>& weight, double eps) {
@@ -159,22 +167,30 @@ Matrix<T> rms_norm_rows(const Matrix<T>& x, const Matrix<T>& weight, double eps)
 }
 }  // namespace detail
 
-/// The forward pass on token ids: embedding, then per layer x += mixer(RMSNorm(x)), norm_f, lm_head.
+/// Every layer of a MambaForCausalLM checkpoint (layers 0 .. n-1, none missing).
 template <Scalar T>
-mamba_lm_trace<T> mamba_lm_run(const mamba_lm<T>& lm, const std::vector<Index>& ids) {
+mamba_lm<T> mamba_lm_from(const safetensors::file& f, double eps = 1e-5) {
+  return detail::ssm_lm_from<models::mamba_weights<T>>(f, eps, [&](Index i) { return mamba_weights_from<T>(f, i); });
+}
+
+/// The forward pass on token ids: embedding, then per layer x += mixer(RMSNorm(x)), norm_f, lm_head.
+template <class W>
+lm_trace<typename ssm_lm<W>::scalar> lm_run(const ssm_lm<W>& lm, const std::vector<Index>& ids) {
+  using T = typename ssm_lm<W>::scalar;
   const Index L = Index(ids.size()), V = lm.embeddings.rows();
   Matrix<T> x(L, lm.embeddings.cols());
   for (Index t = 0; t < L; ++t) {
     const Index id = ids[std::size_t(t)];
     if (id < 0 || id >= V)
-      iattn::detail::fail("mamba_lm_run", "token id " + std::to_string(id) + " at position " + std::to_string(t) +
-                                              " is outside the vocabulary [0, " + std::to_string(V) + ")");
+      iattn::detail::fail("lm_run", "token id " + std::to_string(id) + " at position " + std::to_string(t) +
+                                        " is outside the vocabulary [0, " + std::to_string(V) + ")");
     x.row(t) = lm.embeddings.row(id);
   }
-  mamba_lm_trace<T> tr;
+  lm_trace<T> tr;
   for (std::size_t i = 0; i < lm.layers.size(); ++i) {
     tr.mixer_inputs.push_back(detail::rms_norm_rows(x, lm.norms[i], lm.eps));
-    x += models::mamba_forward(lm.layers[i], tr.mixer_inputs.back());
+    if constexpr (std::is_same_v<W, models::mamba_weights<T>>) x += models::mamba_forward(lm.layers[i], tr.mixer_inputs.back());
+    else x += models::mamba2_forward(lm.layers[i], tr.mixer_inputs.back());
   }
   tr.hidden = detail::rms_norm_rows(x, lm.norm_f, lm.eps);
   tr.logits = tr.hidden * lm.lm_head.transpose();
@@ -224,6 +240,12 @@ models::mamba2_weights<T> mamba2_weights_from(const safetensors::file& f, Index 
   w.out_proj_weight = f.matrix<T>(p + "out_proj.weight");
   w.check();
   return w;
+}
+
+/// Every layer of a Mamba2ForCausalLM checkpoint; n_groups and eps from its config.json.
+template <Scalar T>
+mamba2_lm<T> mamba2_lm_from(const safetensors::file& f, Index n_groups, double eps = 1e-5) {
+  return detail::ssm_lm_from<models::mamba2_weights<T>>(f, eps, [&](Index i) { return mamba2_weights_from<T>(f, i, n_groups, eps); });
 }
 
 }  // namespace iattn::checkpoint
