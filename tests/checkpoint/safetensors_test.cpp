@@ -90,6 +90,10 @@ TEST_CASE("safetensors: header, order, metadata and matrices", "[safetensors]") 
   const auto g = st::file::from_bytes(slurp(dir + "mixed.safetensors"), "in memory");
   REQUIRE(g.values<double>("bf") == f.values<double>("bf"));
   f.require_shape("bf", {2, 3});
+  // Layer indices by name pattern: only decimal digits between prefix and suffix count.
+  REQUIRE(f.indices("backbone.layers.", ".mixer.A_log") == std::vector<std::int64_t>{0});
+  REQUIRE(f.indices("backbone.layers.", ".weight").empty());  // "0.mixer.conv1d" is not a number
+  REQUIRE(f.indices("w", "") == std::vector<std::int64_t>{64});  // "w64"
 }
 
 TEST_CASE("safetensors: errors name the file and the tensor", "[safetensors]") {

@@ -30,7 +30,6 @@
 #include "safetensors.hpp"
 
 #include <cmath>
-#include <set>
 #include <type_traits>
 #include <string>
 #include <vector>
@@ -39,17 +38,7 @@ namespace iattn::checkpoint {
 
 /// The indices i for which f has "backbone.layers.<i>.mixer.A_log", ascending.
 inline std::vector<Index> mamba_layers(const safetensors::file& f) {
-  const std::string head = "backbone.layers.", tail = ".mixer.A_log";
-  std::set<Index> found;
-  for (const auto& t : f.tensors()) {
-    const std::string& n = t.name;
-    if (n.size() <= head.size() + tail.size() || n.compare(0, head.size(), head) != 0 ||
-        n.compare(n.size() - tail.size(), tail.size(), tail) != 0)
-      continue;
-    const std::string num = n.substr(head.size(), n.size() - head.size() - tail.size());
-    if (num.empty() || num.find_first_not_of("0123456789") != std::string::npos) continue;
-    found.insert(Index(std::stoll(num)));
-  }
+  const auto found = f.indices("backbone.layers.", ".mixer.A_log");
   return {found.begin(), found.end()};
 }
 

@@ -18,7 +18,6 @@
 #include "../models/griffin.hpp"
 #include "safetensors.hpp"
 
-#include <set>
 #include <string>
 #include <vector>
 
@@ -26,17 +25,7 @@ namespace iattn::checkpoint {
 
 /// The indices i for which f has "model.layers.<i>.temporal_block.rg_lru.recurrent_param", ascending.
 inline std::vector<Index> recurrent_gemma_layers(const safetensors::file& f) {
-  const std::string head = "model.layers.", tail = ".temporal_block.rg_lru.recurrent_param";
-  std::set<Index> found;
-  for (const auto& t : f.tensors()) {
-    const std::string& n = t.name;
-    if (n.size() <= head.size() + tail.size() || n.compare(0, head.size(), head) != 0 ||
-        n.compare(n.size() - tail.size(), tail.size(), tail) != 0)
-      continue;
-    const std::string num = n.substr(head.size(), n.size() - head.size() - tail.size());
-    if (num.empty() || num.find_first_not_of("0123456789") != std::string::npos) continue;
-    found.insert(Index(std::stoll(num)));
-  }
+  const auto found = f.indices("model.layers.", ".temporal_block.rg_lru.recurrent_param");
   return {found.begin(), found.end()};
 }
 

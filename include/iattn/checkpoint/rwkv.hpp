@@ -14,7 +14,6 @@
 #include "../models/rwkv4.hpp"
 #include "safetensors.hpp"
 
-#include <set>
 #include <string>
 #include <vector>
 
@@ -22,17 +21,7 @@ namespace iattn::checkpoint {
 
 /// The indices i for which f has "rwkv.blocks.<i>.attention.time_decay", ascending.
 inline std::vector<Index> rwkv_layers(const safetensors::file& f) {
-  const std::string head = "rwkv.blocks.", tail = ".attention.time_decay";
-  std::set<Index> found;
-  for (const auto& t : f.tensors()) {
-    const std::string& n = t.name;
-    if (n.size() <= head.size() + tail.size() || n.compare(0, head.size(), head) != 0 ||
-        n.compare(n.size() - tail.size(), tail.size(), tail) != 0)
-      continue;
-    const std::string num = n.substr(head.size(), n.size() - head.size() - tail.size());
-    if (num.empty() || num.find_first_not_of("0123456789") != std::string::npos) continue;
-    found.insert(Index(std::stoll(num)));
-  }
+  const auto found = f.indices("rwkv.blocks.", ".attention.time_decay");
   return {found.begin(), found.end()};
 }
 

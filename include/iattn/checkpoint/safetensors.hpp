@@ -158,6 +158,24 @@ class file {
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
   bool contains(const std::string& name) const { return index_.count(name) != 0; }
 
+  /// The integers i, ascending, for which a tensor is named prefix + i + suffix (decimal digits
+  /// only): the layer indices of "backbone.layers.<i>.mixer.A_log" and the like.
+  std::vector<std::int64_t> indices(const std::string& prefix, const std::string& suffix) const {
+    std::vector<std::int64_t> found;
+    for (const auto& t : tensors_) {
+      const std::string& n = t.name;
+      if (n.size() <= prefix.size() + suffix.size() || n.compare(0, prefix.size(), prefix) != 0 ||
+          n.compare(n.size() - suffix.size(), suffix.size(), suffix) != 0)
+        continue;
+      const std::string num = n.substr(prefix.size(), n.size() - prefix.size() - suffix.size());
+      if (num.size() > 18 || num.find_first_not_of("0123456789") != std::string::npos) continue;
+      found.push_back(std::stoll(num));
+    }
+    std::sort(found.begin(), found.end());
+    found.erase(std::unique(found.begin(), found.end()), found.end());
+    return found;
+  }
+
   /// The entry of `name`; a missing tensor throws, naming it and the closest names present.
   const tensor_info& info(const std::string& name) const {
     const auto it = index_.find(name);
