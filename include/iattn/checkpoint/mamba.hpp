@@ -42,13 +42,21 @@ inline std::vector<Index> mamba_layers(const safetensors::file& f) {
   return {found.begin(), found.end()};
 }
 
+namespace detail {
+/// Throws when the mixer under prefix p has in_proj or out_proj biases (use_bias=True): the
+/// weights struct `target` has none, and dropping them would change the output silently.
+inline void refuse_projection_biases(const safetensors::file& f, const std::string& p, const char* target) {
+  for (const char* bias : {"in_proj.bias", "out_proj.bias"})
+    if (f.contains(p + bias))
+      safetensors::detail::fail(f.label(), "tensor '" + p + bias + "': projection biases (use_bias=True) are not modelled by " + target);
+}
+}  // namespace detail
+
 /// Layer `layer`'s mixer weights (prefix "backbone.layers.<layer>.mixer.").
 template <Scalar T>
 models::mamba_weights<T> mamba_weights_from(const safetensors::file& f, Index layer) {
   const std::string p = "backbone.layers." + std::to_string(layer) + ".mixer.";
-  for (const char* bias : {"in_proj.bias", "out_proj.bias"})
-    if (f.contains(p + bias))
-      safetensors::detail::fail(f.label(), "tensor '" + p + bias + "': projection biases (use_bias=True) are not modelled by mamba_weights");
+  detail::refuse_projection_biases(f, p, "mamba_weights");
   const auto& A = f.info(p + "A_log");
   f.require_rank(p + "A_log", 2, "(d_inner, d_state)");
   const std::int64_t di = A.shape[0], N = A.shape[1];
@@ -192,9 +200,7 @@ lm_trace<typename ssm_lm<W>::scalar> lm_run(const ssm_lm<W>& lm, const std::vect
 template <Scalar T>
 models::mamba2_weights<T> mamba2_weights_from(const safetensors::file& f, Index layer, Index n_groups, double eps = 1e-5) {
   const std::string p = "backbone.layers." + std::to_string(layer) + ".mixer.";
-  for (const char* bias : {"in_proj.bias", "out_proj.bias"})
-    if (f.contains(p + bias))
-      safetensors::detail::fail(f.label(), "tensor '" + p + bias + "': projection biases (use_bias=True) are not modelled by mamba2_weights");
+  detail::refuse_projection_biases(f, p, "mamba2_weights");
   f.require_rank(p + "A_log", 1, "(nheads,)");
   f.require_rank(p + "norm.weight", 1, "(d_inner,)");
   f.require_rank(p + "in_proj.weight", 2, "(2*d_inner + 2*n_groups*d_state + nheads, d_model)");
