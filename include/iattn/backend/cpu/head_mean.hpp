@@ -61,6 +61,7 @@ Index head_dim_of(const Node& n) {
   if constexpr (is_semiseparable_node_v<Node>) return n.head_dim();
   else if constexpr (requires { n.left(); n.right(); }) return join(head_dim_of(n.left()), head_dim_of(n.right()));
   else if constexpr (requires { n.inner(); }) return head_dim_of(n.inner());
+  else if constexpr (requires { n.erased_head_dim(); }) return n.erased_head_dim();  // AnyOperator
   else return 0;
 }
 
