@@ -1,0 +1,29 @@
+// python/src/models_mamba.cpp: iattn.models.mamba and iattn.models.mamba2.
+#include "model_binding.hpp"
+
+#include <iattn/models/mamba.hpp>
+#include <iattn/models/mamba2.hpp>
+
+namespace iattn::py {
+namespace {
+
+struct mamba_spec {
+  IATTN_PY_SPEC(mamba, "Mamba-1 (mamba_ssm `Mamba`, transformers `MambaMixer`): the selective scan as implicit attention.")
+  IATTN_PY_CONFIG(d_model, d_state, d_conv, expand, dt_rank)
+  IATTN_PY_WEIGHTS(in_proj_weight, conv1d_weight, conv1d_bias, x_proj_weight, dt_proj_weight, dt_proj_bias, A_log, D, out_proj_weight)
+};
+
+struct mamba2_spec {
+  IATTN_PY_SPEC(mamba2, "Mamba-2 (mamba_ssm `Mamba2`, transformers `Mamba2Mixer`): the SSD scan, its gated RMS norm bound at u.")
+  IATTN_PY_CONFIG(d_model, d_state, d_conv, expand, headdim, ngroups, eps)
+  IATTN_PY_WEIGHTS(in_proj_weight, conv1d_weight, conv1d_bias, dt_bias, A_log, D, norm_weight, out_proj_weight)
+};
+
+}  // namespace
+
+void bind_models_mamba(nb::module_& models) {
+  bind_model<mamba_spec>(models);
+  bind_model<mamba2_spec>(models);
+}
+
+}  // namespace iattn::py
