@@ -6,6 +6,12 @@ pkgs=(g++ cmake make libeigen3-dev libxsimd-dev catch2 libstb-dev nlohmann-json3
 for a in "$@"; do
   [ "$a" = "--bench" ] && pkgs+=(libbenchmark-dev python3-torch libopenblas0-pthread)
   [ "$a" = "--sanitize" ] && pkgs+=(clang libclang-rt-14-dev libomp-14-dev)  # the sanitizer stages
+  if [ "$a" = "--python" ]; then  # scripts/python.sh: venv and headers, unless python3 has them already
+    python3 - <<'PY' 2>/dev/null || pkgs+=(python3 python3-venv python3-dev)
+import ensurepip, os, sysconfig, venv
+assert os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h"))
+PY
+  fi
 done
 missing=()
 for p in "${pkgs[@]}"; do

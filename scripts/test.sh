@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds everything (tests, examples, header and consumption checks) and runs the whole suite, then
+# Builds everything (tests, examples, header and consumption checks) and runs the whole suite, the
+# Python package's tests (scripts/python.sh), then
 # the sanitizer stage: the tests again, built with AddressSanitizer and UndefinedBehaviorSanitizer
 # (Eigen's assertions on), and run. IATTN_SKIP_SANITIZERS=1 skips the second stage (local iteration).
 set -euo pipefail
@@ -9,6 +10,8 @@ echo "== stage 1: release build, all tests"
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DIATTN_BUILD_TESTS=ON -DIATTN_BUILD_EXAMPLES=ON
 cmake --build build -j2
 ctest --test-dir build --output-on-failure -j2
+echo "== stage 1b: the Python package (pip install . into .venv), its tests"
+bash scripts/python.sh --test
 if [ "${IATTN_SKIP_SANITIZERS:-0}" = "1" ]; then
   echo "== stage 2 skipped (IATTN_SKIP_SANITIZERS=1)"
   exit 0

@@ -66,12 +66,16 @@ struct any_concept {
   virtual void slab(const cpu_detail::context& cx, Index c0, Index nc, const T* x, T* y, bool transposed) const = 0;
   virtual std::unique_ptr<any_channel<T>> channel(const cpu_detail::context& cx, Index c) const = 0;
   // as the whole expression: the concrete front-end, with its checks and its fastest paths
+  virtual Matrix<T> apply(const Matrix<T>& X) const = 0;
   virtual void apply_into(Matrix<T>& Y, const Matrix<T>& X) const = 0;
+  virtual Matrix<T> materialize(Index c, Index L) const = 0;
   virtual void materialize_into(Matrix<T>& out, Index c, Index L) const = 0;
   virtual Matrix<T> mean(const mean_options& o, Index L) const = 0;
   virtual Tensor3<T> head_means(const mean_options& o, Index L) const = 0;
   virtual void materialize_all_into(Tensor3<T>& out, Index L) const = 0;
   virtual Tensor3<T> materialize_all(Index L) const = 0;
+  virtual Matrix<T> row(Index t, Index L) const = 0;
+  virtual Matrix<T> col(Index s, Index L) const = 0;
   virtual void row_into(Matrix<T>& out, Index t, Index L) const = 0;
   virtual void col_into(Matrix<T>& out, Index s, Index L) const = 0;
   virtual Matrix<T> block(Index c, range rows, range cols, Index L) const = 0;
@@ -115,12 +119,16 @@ struct any_model final : any_concept<T> {
     return std::make_unique<any_channel_model<T, H>>(h, cx, c);
   }
 
+  Matrix<T> apply(const Matrix<T>& X) const override { return iattn::apply(h, X); }
   void apply_into(Matrix<T>& Y, const Matrix<T>& X) const override { iattn::apply_into(Y, h, X); }
+  Matrix<T> materialize(Index c, Index L) const override { return iattn::materialize(h, c, L); }
   void materialize_into(Matrix<T>& out, Index c, Index L) const override { iattn::materialize_into(out, h, c, L); }
   Matrix<T> mean(const mean_options& o, Index L) const override { return iattn::materialize_mean(h, o, L); }
   Tensor3<T> head_means(const mean_options& o, Index L) const override { return iattn::materialize_head_means(h, o, L); }
   void materialize_all_into(Tensor3<T>& out, Index L) const override { iattn::materialize_all_into(out, h, L); }
   Tensor3<T> materialize_all(Index L) const override { return iattn::materialize_all(h, L); }
+  Matrix<T> row(Index t, Index L) const override { return iattn::row(h, t, L); }
+  Matrix<T> col(Index s, Index L) const override { return iattn::col(h, s, L); }
   void row_into(Matrix<T>& out, Index t, Index L) const override { iattn::row_into(out, h, t, L); }
   void col_into(Matrix<T>& out, Index s, Index L) const override { iattn::col_into(out, h, s, L); }
   Matrix<T> block(Index c, range rows, range cols, Index L) const override { return iattn::block(h, c, rows, cols, L); }
@@ -218,9 +226,7 @@ any_structure structure_of(const Node& n) {
 template <Scalar T, class XD>
 Matrix<T> apply(cpu, const AnyOperator<T>& h, const Eigen::MatrixBase<XD>& X) {
   static_assert(std::is_same_v<T, typename XD::Scalar>, "apply: X must have the expression's scalar type");
-  Matrix<T> Y;
-  h.concept_().apply_into(Y, X.derived());
-  return Y;
+  return h.concept_().apply(X.derived());
 }
 template <Scalar T, class XD>
 Matrix<T> apply(const AnyOperator<T>& h, const Eigen::MatrixBase<XD>& X) {
@@ -248,9 +254,7 @@ AnyOperator<T> bind(const AnyOperator<T>& h, const Eigen::MatrixBase<XD>& X) {
 }
 template <Scalar T>
 Matrix<T> materialize(cpu, const AnyOperator<T>& h, Index c, Index L = any) {
-  Matrix<T> out;
-  h.concept_().materialize_into(out, c, L);
-  return out;
+  return h.concept_().materialize(c, L);
 }
 template <Scalar T>
 Matrix<T> materialize(const AnyOperator<T>& h, Index c, Index L = any) {
@@ -314,9 +318,7 @@ void row_into(Matrix<T>& out, const AnyOperator<T>& h, Index t, Index L = any) {
 }
 template <Scalar T>
 Matrix<T> row(cpu, const AnyOperator<T>& h, Index t, Index L = any) {
-  Matrix<T> out;
-  h.concept_().row_into(out, t, L);
-  return out;
+  return h.concept_().row(t, L);
 }
 template <Scalar T>
 Matrix<T> row(const AnyOperator<T>& h, Index t, Index L = any) {
@@ -332,9 +334,7 @@ void col_into(Matrix<T>& out, const AnyOperator<T>& h, Index s, Index L = any) {
 }
 template <Scalar T>
 Matrix<T> col(cpu, const AnyOperator<T>& h, Index s, Index L = any) {
-  Matrix<T> out;
-  h.concept_().col_into(out, s, L);
-  return out;
+  return h.concept_().col(s, L);
 }
 template <Scalar T>
 Matrix<T> col(const AnyOperator<T>& h, Index s, Index L = any) {

@@ -28,7 +28,7 @@ nb::object operator_apply(const Operator& op, const array_in& x) {
     Matrix<T> Y;
     {
       nb::gil_scoped_release release;
-      apply_into(Y, H, X);
+      Y = apply(H, X);
     }
     return to_numpy<T>(std::move(Y));
   });

@@ -1,0 +1,72 @@
+"""Every model's decomposition against its own plain recurrent forward (the C++ oracle, in double):
+output() == out_proj(H x + beta) == forward(u), per-channel matrices against apply, causality,
+and the errors a wrong weights dict gets."""
+import numpy as np
+import pytest
+
+import iattn
+
+MODELS = sorted(name for name in dir(iattn.models) if not name.startswith("_"))
+RNG = np.random.default_rng(3)
+
+
+def test_the_models_are_all_there():
+    assert set(MODELS) >= {"mamba", "mamba2", "griffin", "retnet", "rwkv4", "gla", "hgrn", "qwen3_next", "deltanet", "rwkv7"}
+
+
+def d_model_of(name, w):
+    return w.config.get("d_model") or w.config.get("hidden_size") or w.config.get("width") or w.config.get("embed_dim")
+
+
+@pytest.mark.parametrize("name", MODELS)
+@pytest.mark.parametrize("dtype,tol", [("float64", 1e-10), ("float32", 2e-4)])
+def test_decomposition_equals_the_forward(name, dtype, tol):
+    model = getattr(iattn.models, name)
+    w = model.init(seed=11, dtype=dtype)
+    L = 37
+    u = RNG.standard_normal((L, d_model_of(name, w))).astype(dtype)
+    y = model.forward(w, u)
+    d = model.decompose(w, u)
+    assert d.dtype == dtype and y.dtype == np.dtype(dtype)
+    scale = 1 + np.abs(y).max()
+    assert np.abs(d.output() - y).max() <= tol * scale
+    Hx = d.apply(d.x)
+    D = d.x.shape[1]
+    for c in (0, D // 2, D - 1):
+        M = d.materialize(c)
+        np.testing.assert_allclose(M @ d.x[:, c], Hx[:, c], rtol=0, atol=tol * (1 + np.abs(Hx).max()) * 10)
+        assert np.abs(np.triu(M, 1)).max() == 0.0
+    m = d.mean(abs=True)
+    assert m.shape == (L, L) and (m >= 0).all()
+
+
+def test_weights_errors_name_the_field():
+    w = iattn.models.mamba.init(seed=0, d_model=8, d_state=4)
+    u = np.zeros((5, 8))
+    bad = iattn.Weights(w, w.config)
+    bad["A_log"] = np.zeros((3, 3))
+    with pytest.raises(ValueError, match=r"A_log has shape \(3, 3\) but expected \(d_inner=16, d_state=4\)"):
+        iattn.models.mamba.decompose(bad, u)
+    missing = iattn.Weights({k: v for k, v in w.items() if k != "D"}, w.config)
+    with pytest.raises(ValueError, match="weights is missing D"):
+        iattn.models.mamba.forward(missing, u)
+    extra = iattn.Weights(dict(w, bias=np.zeros((1, 1))), w.config)
+    with pytest.raises(ValueError, match="unknown field 'bias'"):
+        iattn.models.mamba.decompose(extra, u)
+    with pytest.raises(TypeError, match="unknown config field 'd_modle'"):
+        iattn.models.mamba.init(d_modle=8)
+    with pytest.raises(TypeError, match="no config"):
+        iattn.models.mamba.decompose(dict(w), u)
+    with pytest.raises(ValueError, match=r"u has shape \(5, 7\) but expected \(L, d_model=8\)"):
+        iattn.models.mamba.decompose(w, np.zeros((5, 7)))
+    mixed = iattn.Weights(dict(w, D=w["D"].astype(np.float32)), w.config)
+    with pytest.raises(TypeError, match=r"weights\['D'\] is float32"):
+        iattn.models.mamba.decompose(mixed, u)
+    # config= overrides the weights' own
+    y = iattn.models.mamba.forward(dict(w), u, config=w.config)
+    assert y.shape == (5, 8)
+
+
+def test_config_reports_defaults_and_overrides():
+    c = iattn.models.mamba2.config(d_model=32)
+    assert c["d_model"] == 32 and c["headdim"] == 32 and c["eps"] == pytest.approx(1e-5)

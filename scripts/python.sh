@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Builds and installs the Python package iattn into the project venv .venv (created when missing,
+# with the pinned build and test packages of python/requirements.txt), then, with --test, runs its
+# tests. The build directory build-python/ is kept: a second run recompiles only what changed.
+# Usage: bash scripts/python.sh [--test]          (PYTHON=python3.12 to choose the interpreter)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/deps.sh --python
+venv=.venv
+py="${PYTHON:-python3}"
+if [[ ! -x "$venv/bin/python" ]]; then
+  echo "iattn: creating $venv with $("$py" --version 2>&1)"
+  "$py" -m venv "$venv"
+fi
+"$venv/bin/python" -m pip install -q --disable-pip-version-check -r python/requirements.txt
+# No build isolation: the pinned nanobind and scikit-build-core of the venv build it.
+"$venv/bin/python" -m pip install -q --disable-pip-version-check --no-build-isolation .
+"$venv/bin/python" -c "import iattn; print('iattn', iattn.__version__, 'installed in $venv (SIMD:', iattn._iattn.simd, ')')"
+if [[ "${1:-}" == "--test" ]]; then
+  # from the repository root, pytest would import ./python/iattn (no extension) only if it were on
+  # sys.path; rootdir-relative testpaths keep the installed package in use
+  "$venv/bin/python" -m pytest -q python/tests
+fi
