@@ -32,6 +32,22 @@
 
 #define IATTN_PY_CFIELD(f) ::iattn::py::cfield(#f, &config::f),
 #define IATTN_PY_WFIELD(f) ::iattn::py::weight_field<W, T>{#f, &W::f},
+#define IATTN_PY_AFIELD(f) ::iattn::py::weight_field<A, T>{#f, &A::f},
+#define IATTN_PY_SFIELD(f) ::iattn::py::cfield(#f, &A::f),
+/// template <class T> static auto activation_fields(): the listed Matrix<T> members of activations<T>.
+#define IATTN_PY_ACTS(...)                                                                                 \
+  template <class T>                                                                                       \
+  static auto activation_fields() {                                                                        \
+    using A = activations<T>;                                                                              \
+    return std::vector<::iattn::py::weight_field<A, T>>{IATTN_PY_FOR_EACH(IATTN_PY_AFIELD, __VA_ARGS__)}; \
+  }
+/// template <class T> static auto activation_scalars(): the listed non-matrix members of activations<T>.
+#define IATTN_PY_ACT_SCALARS(...)                                                  \
+  template <class T>                                                                \
+  static auto activation_scalars() {                                                \
+    using A = activations<T>;                                                       \
+    return std::tuple{__VA_OPT__(IATTN_PY_FOR_EACH(IATTN_PY_SFIELD, __VA_ARGS__))}; \
+  }
 /// static auto config_fields(): the listed members of `config`.
 #define IATTN_PY_CONFIG(...) \
   static auto config_fields() { return std::tuple{IATTN_PY_FOR_EACH(IATTN_PY_CFIELD, __VA_ARGS__)}; }
@@ -160,6 +176,70 @@ void bind_model(nb::module_& models) {
       nb::arg("weights"), nb::arg("u"), nb::arg("config") = nb::none(),
       "The block's exact decomposition on u (L, d_model): an iattn.Decomposition d with\n"
       "d.output() == forward(weights, u) == out_proj(H x + beta).");
+
+  m.def(
+      "activations",
+      [n](nb::handle weights, array_in u, std::optional<nb::dict> config) -> nb::dict {
+        const std::string where = n + ".activations";
+        const C c = config_of<Spec>(weights, config, where.c_str());
+        auto run = [&](auto tag) {
+          using T = decltype(tag);
+          auto w = weights_from<Spec, T>(weights, c, where.c_str());
+          const Matrix<T> x = to_matrix<T>(u, where, "u");
+          typename Spec::template activations<T> a;
+          {
+            nb::gil_scoped_release release;
+            a = activations(w, x);  // found by argument-dependent lookup in iattn::models
+          }
+          nb::dict out;
+          for (const auto& f : Spec::template activation_fields<T>()) out[f.name] = to_numpy<T>(Matrix<T>(a.*(f.member)));
+          std::apply([&](const auto&... f) { ((out[f.name] = a.*(f.member)), ...); }, Spec::template activation_scalars<T>());
+          return out;
+        };
+        return weights_dtype<Spec>(weights, where.c_str()) == dtype::f32 ? run(float{}) : run(double{});
+      },
+      nb::arg("weights"), nb::arg("u"), nb::arg("config") = nb::none(),
+      "One forward pass's activations on u (L, d_model), as a dict named as the C++ struct's fields (arrays, and\n"
+      "the scalars the decomposition reads): what attention(acts) needs, and what a hook would capture.");
+
+  m.def(
+      "attention",
+      [n](nb::dict acts) {
+        const std::string where = n + ".attention";
+        auto run = [&](auto tag) {
+          using T = decltype(tag);
+          typename Spec::template activations<T> a{};
+          const auto fields = Spec::template activation_fields<T>();
+          const auto scalars = Spec::template activation_scalars<T>();
+          std::string names;
+          for (const auto& f : fields) names += (names.empty() ? "" : ", ") + std::string(f.name);
+          std::apply([&](const auto&... f) { ((names += std::string(", ") + f.name), ...); }, scalars);
+          for (auto [k, v] : acts) {
+            const std::string key = nb::cast<std::string>(k);
+            bool known = false;
+            for (const auto& f : fields)
+              if (key == f.name) {
+                a.*(f.member) = to_matrix<T>(nb::cast<array_in>(v), where, "acts['" + key + "']", true);
+                known = true;
+              }
+            std::apply([&](const auto&... f) {
+              ((key == f.name ? (a.*(f.member) = nb::cast<std::remove_cvref_t<decltype(a.*(f.member))>>(v), known = true) : false), ...);
+            }, scalars);
+            if (!known) throw std::invalid_argument(where + ": acts has an unknown field '" + key + "' (the fields are " + names + ")");
+          }
+          nb::gil_scoped_release release;
+          return wrap(attention(a));
+        };
+        const auto fields = Spec::template activation_fields<double>();
+        for (const auto& f : fields)
+          if (acts.contains(f.name))
+            return dtype_of(nb::cast<array_in>(acts[f.name]), where, std::string("acts['") + f.name + "']") == dtype::f32 ? run(float{}) : run(double{});
+        throw std::invalid_argument(where + ": acts has none of the activation fields");
+      },
+      nb::arg("acts"),
+      "The exact decomposition from activations (a dict as activations() returns, or built from a hook's\n"
+      "tensors): attention(activations(weights, u)) equals decompose(weights, u). Absent arrays are empty\n"
+      "(allowed where the C++ struct documents it, e.g. no out_proj: output() is then H x + beta).");
 }
 
 }  // namespace iattn::py
@@ -172,6 +252,8 @@ void bind_model(nb::module_& models) {
   using config = ::iattn::models::prefix##_config;                                                           \
   template <class T>                                                                                         \
   using weights = ::iattn::models::prefix##_weights<T>;                                                      \
+  template <class T>                                                                                         \
+  using activations = ::iattn::models::prefix##_activations<T>;                                              \
   template <class T>                                                                                         \
   static weights<T> init(const config& c, std::uint64_t seed) {                                              \
     return ::iattn::models::prefix##_init<T>(c, seed);                                                       \

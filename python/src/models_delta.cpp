@@ -13,6 +13,8 @@ struct qwen3_next_spec {
   IATTN_PY_CONFIG(hidden_size, linear_num_value_heads, linear_num_key_heads, linear_key_head_dim, linear_value_head_dim,
                   linear_conv_kernel_dim, rms_norm_eps, initializer_range)
   IATTN_PY_WEIGHTS(in_proj_qkvz_weight, in_proj_ba_weight, conv1d_weight, dt_bias, A_log, norm_weight, out_proj_weight)
+  IATTN_PY_ACTS(mixed_qkv, z, beta, g, conv1d_weight, norm_weight, out_proj_weight)
+  IATTN_PY_ACT_SCALARS(num_k_heads, num_v_heads, head_k_dim, head_v_dim, eps)
 };
 
 struct deltanet_spec {
@@ -21,6 +23,8 @@ struct deltanet_spec {
                   allow_neg_eigval, norm_eps, initializer_range)
   IATTN_PY_WEIGHTS(q_proj_weight, k_proj_weight, v_proj_weight, a_proj_weight, b_proj_weight, A_log, dt_bias, q_conv1d_weight,
                    k_conv1d_weight, v_conv1d_weight, g_proj_weight, o_norm_weight, o_proj_weight)
+  IATTN_PY_ACTS(q, k, v, beta, g, gate, q_conv1d_weight, k_conv1d_weight, v_conv1d_weight, o_norm_weight, o_proj_weight)
+  IATTN_PY_ACT_SCALARS(num_heads, num_v_heads, norm_eps)
 };
 
 struct rwkv7_spec {
@@ -31,6 +35,8 @@ struct rwkv7_spec {
                    w_lora_lora_0_weight, w_lora_lora_2_weight, w_lora_lora_2_bias, a_lora_lora_0_weight, a_lora_lora_2_weight,
                    a_lora_lora_2_bias, v_lora_lora_0_weight, v_lora_lora_2_weight, v_lora_lora_2_bias, g_lora_lora_0_weight,
                    g_lora_lora_2_weight, g_norm_weight, g_norm_bias)
+  IATTN_PY_ACTS(r, w, k, v, a, kk, g, r_k, g_norm_weight, g_norm_bias, o_proj_weight)
+  IATTN_PY_ACT_SCALARS(num_heads, norm_eps)
 };
 
 }  // namespace

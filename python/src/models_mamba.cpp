@@ -11,12 +11,16 @@ struct mamba_spec {
   IATTN_PY_SPEC(mamba, "Mamba-1 (mamba_ssm `Mamba`, transformers `MambaMixer`): the selective scan as implicit attention.")
   IATTN_PY_CONFIG(d_model, d_state, d_conv, expand, dt_rank)
   IATTN_PY_WEIGHTS(in_proj_weight, conv1d_weight, conv1d_bias, x_proj_weight, dt_proj_weight, dt_proj_bias, A_log, D, out_proj_weight)
+  IATTN_PY_ACTS(x, z, delta, A, B, C, D, conv1d_weight, conv1d_bias, out_proj_weight)
+  IATTN_PY_ACT_SCALARS()
 };
 
 struct mamba2_spec {
   IATTN_PY_SPEC(mamba2, "Mamba-2 (mamba_ssm `Mamba2`, transformers `Mamba2Mixer`): the SSD scan, its gated RMS norm bound at u.")
   IATTN_PY_CONFIG(d_model, d_state, d_conv, expand, headdim, ngroups, eps)
   IATTN_PY_WEIGHTS(in_proj_weight, conv1d_weight, conv1d_bias, dt_bias, A_log, D, norm_weight, out_proj_weight)
+  IATTN_PY_ACTS(x, z, dt, A, B, C, D, conv1d_weight, conv1d_bias, norm_weight, out_proj_weight)
+  IATTN_PY_ACT_SCALARS(ngroups, eps)
 };
 
 }  // namespace

@@ -70,3 +70,37 @@ def test_weights_errors_name_the_field():
 def test_config_reports_defaults_and_overrides():
     c = iattn.models.mamba2.config(d_model=32)
     assert c["d_model"] == 32 and c["headdim"] == 32 and c["eps"] == pytest.approx(1e-5)
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_attention_from_activations_equals_decompose(name):
+    model = getattr(iattn.models, name)
+    w = model.init(seed=5)
+    u = RNG.standard_normal((23, d_model_of(name, w)))
+    acts = model.activations(w, u)
+    a = model.attention(acts)
+    d = model.decompose(w, u)
+    np.testing.assert_array_equal(a.output(), d.output())
+    np.testing.assert_array_equal(a.mean(), d.mean())
+    # a hook's tensors in float32 give the float32 decomposition
+    acts32 = {k: (v.astype(np.float32) if isinstance(v, np.ndarray) else v) for k, v in acts.items()}
+    a32 = model.attention(acts32)
+    assert a32.dtype == "float32"
+    y = model.forward(w, u)
+    assert np.abs(a32.output() - y).max() <= 1e-3 * (1 + np.abs(y).max())
+    with pytest.raises(ValueError, match="unknown field 'nonsense'"):
+        model.attention(dict(acts, nonsense=np.zeros((1, 1))))
+
+
+def test_activations_without_out_proj_stop_before_it():
+    w = iattn.models.mamba.init(seed=2, d_model=8, d_state=4)
+    u = RNG.standard_normal((9, 8))
+    acts = iattn.models.mamba.activations(w, u)
+    del acts["out_proj_weight"]
+    d = iattn.models.mamba.attention(acts)
+    assert d.out_weight.shape == (0, 0)
+    full = iattn.models.mamba.decompose(w, u)
+    np.testing.assert_allclose(d.output() @ w["out_proj_weight"].T, full.output(), rtol=1e-12, atol=1e-14)
+    bad = dict(acts, A=np.abs(acts["A"]))
+    with pytest.raises(ValueError, match="A must be <= 0"):
+        iattn.models.mamba.attention(bad)
