@@ -9,6 +9,7 @@
 // L^2 entries for materialize), bytes_per_second for materialize and the store baseline.
 #include <benchmark/benchmark.h>
 
+#include <iattn/any_operator.hpp>
 #include <iattn/iattn.hpp>
 
 #include <cmath>
@@ -48,6 +49,14 @@ struct data {
   auto mamba1() const {
     using namespace iattn;
     return diagonal(g) * S_factored() * diagonal(dt) * diagonal(u) * causal_conv(w);
+  }
+  /// The Mamba-1 composite with its type erased (AnyOperator): whole, and factor by factor, each
+  /// factor erased and the products erased again, as the Python package builds it.
+  iattn::AnyOperator<float> mamba1_erased() const { return iattn::erase(mamba1()); }
+  iattn::AnyOperator<float> mamba1_erased_parts() const {
+    using namespace iattn;
+    auto e = [](auto&& h) { return erase(std::forward<decltype(h)>(h)); };
+    return e(e(e(e(e(diagonal(g)) * e(S_factored())) * e(diagonal(dt))) * e(diagonal(u))) * e(causal_conv(w)));
   }
   auto mamba1_dense_decay() const {
     using namespace iattn;
@@ -165,6 +174,31 @@ void BM_materialize_semiseparable_factored(benchmark::State& st) {
 void BM_materialize_mamba1(benchmark::State& st) { run_materialize(st, [](const data& d) { return d.mamba1(); }); }
 
 // Baseline: store L^2 floats into a freshly allocated matrix (what materialize must at least do).
+// ---- type erasure (any_operator.hpp): the same composite as BM_apply_mamba1 / BM_materialize_mamba1
+// and the channel mean, erased whole (one virtual call, then the concrete kernels) and factor by
+// factor (run-time structure: the product rewrites stay, the fused streaming pass and the
+// (channel, state) GEMM mean do not). Ratios against the concrete rows of the same run.
+void BM_apply_mamba1_erased(benchmark::State& st) { run_apply(st, [](const data& d) { return d.mamba1_erased(); }, D * N); }
+void BM_apply_mamba1_erased_parts(benchmark::State& st) { run_apply(st, [](const data& d) { return d.mamba1_erased_parts(); }, D * N); }
+void BM_materialize_mamba1_erased(benchmark::State& st) { run_materialize(st, [](const data& d) { return d.mamba1_erased(); }); }
+void BM_materialize_mamba1_erased_parts(benchmark::State& st) {
+  run_materialize(st, [](const data& d) { return d.mamba1_erased_parts(); });
+}
+template <class MakeH>
+void run_mean(benchmark::State& st, MakeH&& make) {
+  const auto& d = get(st.range(0));
+  auto H = make(d);
+  for (auto _ : st) {
+    Mat m = iattn::materialize_mean(H);
+    benchmark::DoNotOptimize(m.data());
+    benchmark::ClobberMemory();
+  }
+  st.SetItemsProcessed(st.iterations() * d.L * d.L);
+}
+void BM_mean_mamba1_concrete(benchmark::State& st) { run_mean(st, [](const data& d) { return d.mamba1(); }); }
+void BM_mean_mamba1_erased(benchmark::State& st) { run_mean(st, [](const data& d) { return d.mamba1_erased(); }); }
+void BM_mean_mamba1_erased_parts(benchmark::State& st) { run_mean(st, [](const data& d) { return d.mamba1_erased_parts(); }); }
+
 void BM_store_L2(benchmark::State& st) {
   const Index L = st.range(0);
   for (auto _ : st) {
@@ -219,6 +253,13 @@ BENCHMARK(BM_apply_semiseparable_factored)->Apply(lengths);
 BENCHMARK(BM_apply_mamba1)->Apply(lengths);
 BENCHMARK(BM_apply_mamba1_dense_decay)->Apply(lengths);
 BENCHMARK(BM_apply_dense_baseline)->Apply(lengths);
+BENCHMARK(BM_apply_mamba1_erased)->Apply(lengths);
+BENCHMARK(BM_apply_mamba1_erased_parts)->Apply(lengths);
+BENCHMARK(BM_materialize_mamba1_erased)->Apply(lengths);
+BENCHMARK(BM_materialize_mamba1_erased_parts)->Apply(lengths);
+BENCHMARK(BM_mean_mamba1_concrete)->Arg(256)->Arg(1024)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_mean_mamba1_erased)->Arg(256)->Arg(1024)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_mean_mamba1_erased_parts)->Arg(256)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_store_L2)->Apply(lengths);
 BENCHMARK(BM_materialize_diagonal)->Apply(lengths);
 BENCHMARK(BM_materialize_causal_conv)->Apply(lengths);

@@ -23,6 +23,7 @@ from ._iattn import (
     semiseparable_factored,
 )
 from ._iattn import models
+from . import explain
 
 __version__ = _iattn.__version__
 
@@ -32,6 +33,7 @@ __all__ = [
     "Weights",
     "causal_conv",
     "diagonal",
+    "explain",
     "flip",
     "group_norm",
     "linear_recurrence",

@@ -5,6 +5,7 @@
 
 namespace iattn::py {
 void bind_operators(nb::module_& m);
+void bind_explain(nb::module_& m);
 void bind_models_mamba(nb::module_& models);
 void bind_models_rnn(nb::module_& models);
 void bind_models_delta(nb::module_& models);
@@ -20,6 +21,7 @@ NB_MODULE(_iattn, m) {
   m.attr("simd") = false;
 #endif
   iattn::py::bind_operators(m);
+  iattn::py::bind_explain(m);
   nb::module_ models = m.def_submodule("models", "Model decompositions: one submodule per model.");
   iattn::py::bind_models_mamba(models);
   iattn::py::bind_models_rnn(models);
