@@ -2,6 +2,7 @@
 # Builds and installs the Python package iattn into the project venv .venv (created when missing,
 # with the pinned build and test packages of python/requirements.txt), then, with --test, runs its
 # tests. The build directory build-python/ is kept: a second run recompiles only what changed.
+# With --test it also installs torch and transformers (python/requirements-hf.txt) for iattn.hf's tests.
 # Usage: bash scripts/python.sh [--test]          (PYTHON=python3.12 to choose the interpreter)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,6 +18,9 @@ fi
 "$venv/bin/python" -m pip install -q --disable-pip-version-check --no-build-isolation .
 "$venv/bin/python" -c "import iattn; print('iattn', iattn.__version__, 'installed in $venv (SIMD:', iattn._iattn.simd, ')')"
 if [[ "${1:-}" == "--test" ]]; then
+  # the bridge's tests need torch and transformers (pinned; about 3 GB the first time)
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check -r python/requirements-hf.txt
+  export IATTN_REQUIRE_HF=1  # test_hf.py fails instead of skipping without them
   # from the repository root, pytest would import ./python/iattn (no extension) only if it were on
   # sys.path; rootdir-relative testpaths keep the installed package in use
   "$venv/bin/python" -m pytest -q python/tests
