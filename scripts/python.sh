@@ -20,6 +20,12 @@ fi
 if [[ "${1:-}" == "--test" ]]; then
   # the bridge's tests need torch and transformers (pinned; about 3 GB the first time)
   "$venv/bin/python" -m pip install -q --disable-pip-version-check -r python/requirements-hf.txt
+  # torch pulls in triton; with flash-linear-attention also in the venv (tools/reference), transformers
+  # would swap its delta-rule functions for fla's Triton kernels, which fail on the CPU (see
+  # tools/reference/setup_venv.sh): triton goes again there
+  if "$venv/bin/python" -c "import importlib.util as u, sys; sys.exit(0 if u.find_spec('fla') and u.find_spec('triton') else 1)"; then
+    "$venv/bin/python" -m pip uninstall -q -y triton
+  fi
   export IATTN_REQUIRE_HF=1  # test_hf.py fails instead of skipping without them
   # from the repository root, pytest would import ./python/iattn (no extension) only if it were on
   # sys.path; rootdir-relative testpaths keep the installed package in use

@@ -30,6 +30,10 @@ __all__ = ["Explanation", "LayerMap", "explain", "supported_model_types"]
 
 # ---- the adapters: one per mixer kind ---------------------------------------------------------------
 
+def _first(out):
+    return out[0] if isinstance(out, (tuple, list)) else out
+
+
 def _np(t) -> np.ndarray:
     """A torch tensor as a numpy array without a copy where the dtype allows (detached, on the CPU)."""
     return t.detach().cpu().numpy()
@@ -75,6 +79,15 @@ def _mamba_weights(mixer) -> Weights:
     return Weights(w, dict(d_model=dm, d_state=N, d_conv=K, expand=di // dm, dt_rank=R))
 
 
+def _dt_floor(mixer) -> float:
+    """The lower clamp of a Mamba-2 mixer's dt (time_step_limit; nemotron_h and zamba2 hard-code
+    (time_step_min, inf)); an upper clamp is refused."""
+    lo, hi = (float(v) for v in getattr(mixer, "time_step_limit", (0.0, float("inf"))))
+    if hi != float("inf"):
+        raise ValueError(f"iattn.hf: the mamba2 mixer clamps dt to ({lo}, {hi}); an upper clamp is not supported")
+    return lo
+
+
 def _mamba2_weights(mixer) -> Weights:
     _no_bias(mixer, ["in_proj", "out_proj"], "mamba2 mixer")
     H = mixer.A_log.shape[0]
@@ -83,9 +96,6 @@ def _mamba2_weights(mixer) -> Weights:
     K = mixer.conv1d.weight.shape[-1]
     G = mixer.n_groups
     N = mixer.ssm_state_size
-    limit = tuple(float(v) for v in getattr(mixer, "time_step_limit", (0.0, float("inf"))))
-    if limit != (0.0, float("inf")):
-        raise ValueError(f"iattn.hf: the mamba2 mixer clamps dt to {limit}; only the unclamped default (0, inf) is supported")
     conv_dim = di + 2 * G * N
     w = {
         "in_proj_weight": _np(mixer.in_proj.weight),
@@ -97,6 +107,8 @@ def _mamba2_weights(mixer) -> Weights:
         "norm_weight": _row(mixer.norm.weight),
         "out_proj_weight": _np(mixer.out_proj.weight),
     }
+    if not hasattr(mixer.norm, "weight"):
+        raise ValueError("iattn.hf: the mamba2 mixer has no gated RMS norm (falcon_h1's mamba_rms_norm=False); not supported")
     eps = float(getattr(mixer.norm, "variance_epsilon", getattr(mixer, "layer_norm_epsilon", 1e-5)))
     return Weights(w, dict(d_model=dm, d_state=N, d_conv=K, expand=di // dm, headdim=di // H, ngroups=G, eps=eps))
 
@@ -140,33 +152,158 @@ def _griffin_weights(block) -> Weights:
     return Weights(w, dict(width=block.hidden_size, lru_width=D, num_heads=H))
 
 
+def _decompose_by_weights(kind, weights_of):
+    """A decomposer that maps the module's parameters onto iattn weights and decomposes the hooked input."""
+    def run(module, u):
+        w = weights_of(module)
+        return [getattr(models, kind).decompose(w, np.ascontiguousarray(ub)) for ub in u]
+    return run
+
+
+def _decompose_mamba2(module, u):
+    """Mamba-2 by its weights; a dt floor (nemotron_h, zamba2) enters through the activations: the
+    decomposition reads dt from them, so clamping it there is exact."""
+    w = _mamba2_weights(module)
+    lo = _dt_floor(module)
+    if lo <= 0:
+        return [models.mamba2.decompose(w, np.ascontiguousarray(ub)) for ub in u]
+    out = []
+    for ub in u:
+        acts = models.mamba2.activations(w, np.ascontiguousarray(ub))
+        acts["dt"] = np.maximum(acts["dt"], np.asarray(lo, acts["dt"].dtype))
+        out.append(models.mamba2.attention(acts))
+    return out
+
+
+def _decompose_normed_mamba(module, u):
+    """Mamba-1 mixers that normalise dt_in, B and C after x_proj (falcon_mamba: weightless RMS norms, jamba:
+    weighted ones): the activations computed with the module's own layers, then iattn's attention(acts)."""
+    import torch
+    import torch.nn.functional as F
+
+    _no_bias(module, ["in_proj", "out_proj"], "mamba mixer")
+    di, N = module.A_log.shape
+    R = module.dt_proj.weight.shape[1]
+    K = module.conv1d.weight.shape[-1]
+    out = []
+    with torch.no_grad():
+        for ub in u:
+            x_in = torch.from_numpy(np.ascontiguousarray(ub)).unsqueeze(0)
+            xz = module.in_proj(x_in)[0]
+            x, z = xz[:, :di], xz[:, di:]
+            p = module.conv1d(x.T.unsqueeze(0))[0, :, : x.shape[0]].T
+            a = F.silu(p)
+            dt_in, B, C = torch.split(module.x_proj(a), [R, N, N], dim=-1)
+            dt_in, B, C = module.dt_layernorm(dt_in), module.b_layernorm(B), module.c_layernorm(C)
+            delta = F.softplus(dt_in @ module.dt_proj.weight.T + module.dt_proj.bias)
+            acts = {
+                "x": _np(x), "z": _np(z), "delta": _np(delta), "A": _np(-torch.exp(module.A_log)),
+                "B": _np(B), "C": _np(C), "D": _row(module.D),
+                "conv1d_weight": _np(module.conv1d.weight).reshape(di, K),
+                "out_proj_weight": _np(module.out_proj.weight),
+            }
+            if module.conv1d.bias is not None:
+                acts["conv1d_bias"] = _row(module.conv1d.bias)
+            out.append(models.mamba.attention({k: np.ascontiguousarray(v) for k, v in acts.items()}))
+    return out
+
+
+def _qwen3_next_weights(m) -> Weights:
+    K = m.conv1d.weight.shape[-1]
+    if m.conv1d.bias is not None:
+        raise ValueError("iattn.hf: the qwen3_next mixer's conv1d has a bias; not supported")
+    w = {
+        "in_proj_qkvz_weight": _np(m.in_proj_qkvz.weight),
+        "in_proj_ba_weight": _np(m.in_proj_ba.weight),
+        "conv1d_weight": _np(m.conv1d.weight).reshape(m.conv_dim, K),
+        "dt_bias": _row(m.dt_bias),
+        "A_log": _row(m.A_log),
+        "norm_weight": _row(m.norm.weight),
+        "out_proj_weight": _np(m.out_proj.weight),
+    }
+    return Weights(w, dict(hidden_size=m.hidden_size, linear_num_value_heads=m.num_v_heads, linear_num_key_heads=m.num_k_heads,
+                           linear_key_head_dim=m.head_k_dim, linear_value_head_dim=m.head_v_dim, linear_conv_kernel_dim=K,
+                           rms_norm_eps=float(m.layer_norm_epsilon)))
+
+
 @dataclass
 class _Mixer:
     """One hooked layer: its index, its kind and how to decompose it from the captured input."""
     index: int
-    kind: str                      # "mamba", "mamba2", "rwkv4", "griffin", or "attention"
+    kind: str                      # an iattn.models name ("mamba", "mamba2", ...) or "attention"
     module: Any
-    weights: Callable[[Any], Weights] | None = None   # module -> iattn.Weights, for the SSM kinds
-    output_of: Callable[[Any], Any] = lambda out: out  # the hook's output -> the mixer's output tensor
+    decompose: Callable[[Any, np.ndarray], list] | None = None  # (module, u (batch, L, d)) -> per batch element
+    output_of: Callable[[Any], Any] = _first  # the hook's output -> the mixer's output tensor
 
 
-def _first(out):
-    return out[0] if isinstance(out, (tuple, list)) else out
+_MAMBA = _decompose_by_weights("mamba", _mamba_weights)
+
+
+def _attention(i, module):
+    return _Mixer(i, "attention", module)
 
 
 def _layers_mamba(model):
     backbone = getattr(model, "backbone", model)
-    return [_Mixer(i, "mamba", layer.mixer, _mamba_weights) for i, layer in enumerate(backbone.layers)]
+    return [_Mixer(i, "mamba", layer.mixer, _MAMBA) for i, layer in enumerate(backbone.layers)]
+
+
+def _layers_falcon_mamba(model):
+    backbone = getattr(model, "backbone", model)
+    return [_Mixer(i, "mamba", layer.mixer, _decompose_normed_mamba) for i, layer in enumerate(backbone.layers)]
 
 
 def _layers_mamba2(model):
     backbone = getattr(model, "backbone", model)
-    return [_Mixer(i, "mamba2", layer.mixer, _mamba2_weights) for i, layer in enumerate(backbone.layers)]
+    return [_Mixer(i, "mamba2", layer.mixer, _decompose_mamba2) for i, layer in enumerate(backbone.layers)]
+
+
+def _layers_hybrid(mamba_attr, decompose, kind):
+    """Decoder layers holding either `mamba_attr` (the mixer) or `self_attn` (softmax attention)."""
+    def layers(model):
+        base = getattr(model, "model", model)
+        out = []
+        for i, layer in enumerate(base.layers):
+            mixer = getattr(layer, mamba_attr, None)
+            attn = getattr(layer, "self_attn", None)
+            if mixer is not None and attn is not None:
+                raise ValueError(f"iattn.hf: layer {i} runs a mixer and attention in parallel; not supported")
+            if mixer is not None:
+                out.append(_Mixer(i, kind, mixer, decompose))
+            elif attn is not None:
+                out.append(_attention(i, attn))
+        return out
+    return layers
+
+
+def _layers_nemotron_h(model):
+    base = getattr(model, "model", model)
+    out = []
+    for i, layer in enumerate(base.layers):
+        kind = getattr(layer, "block_type", None)
+        if kind in ("mamba", "linear_attention"):
+            out.append(_Mixer(i, "mamba2", layer.mixer, _decompose_mamba2))
+        elif kind in ("attention", "full_attention"):
+            out.append(_attention(i, layer.mixer))
+    return out
+
+
+def _layers_zamba2(model):
+    base = getattr(model, "model", model)
+    out = []
+    for i, layer in enumerate(base.layers):
+        if hasattr(layer, "shared_transformer"):
+            out.append(_attention(i, layer.shared_transformer.self_attn))
+            out.append(_Mixer(i, "mamba2", layer.mamba_decoder.mamba, _decompose_mamba2))
+        else:
+            out.append(_Mixer(i, "mamba2", layer.mamba, _decompose_mamba2))
+    return out
 
 
 def _layers_rwkv(model):
     base = getattr(model, "rwkv", model)
-    return [_Mixer(i, "rwkv4", block.attention, _rwkv_weights, _first) for i, block in enumerate(base.blocks)]
+    return [_Mixer(i, "rwkv4", block.attention, _decompose_by_weights("rwkv4", _rwkv_weights))
+            for i, block in enumerate(base.blocks)]
 
 
 def _layers_recurrent_gemma(model):
@@ -175,17 +312,35 @@ def _layers_recurrent_gemma(model):
     for i, layer in enumerate(base.layers):
         block = layer.temporal_block
         if hasattr(block, "rg_lru"):
-            out.append(_Mixer(i, "griffin", block, _griffin_weights, _first))
+            out.append(_Mixer(i, "griffin", block, _decompose_by_weights("griffin", _griffin_weights)))
         else:
-            out.append(_Mixer(i, "attention", block, None, lambda o: o))
+            out.append(_attention(i, block))
+    return out
+
+
+def _layers_qwen3_next(model):
+    base = getattr(model, "model", model)
+    out = []
+    for i, layer in enumerate(base.layers):
+        if getattr(layer, "linear_attn", None) is not None:
+            out.append(_Mixer(i, "qwen3_next", layer.linear_attn, _decompose_by_weights("qwen3_next", _qwen3_next_weights)))
+        else:
+            out.append(_attention(i, layer.self_attn))
     return out
 
 
 _ADAPTERS: dict[str, Callable[[Any], list]] = {
     "mamba": _layers_mamba,
+    "falcon_mamba": _layers_falcon_mamba,
     "mamba2": _layers_mamba2,
+    "jamba": _layers_hybrid("mamba", _decompose_normed_mamba, "mamba"),
+    "bamba": _layers_hybrid("mamba", _decompose_mamba2, "mamba2"),
+    "granitemoehybrid": _layers_hybrid("mamba", _decompose_mamba2, "mamba2"),
+    "nemotron_h": _layers_nemotron_h,
+    "zamba2": _layers_zamba2,
     "rwkv": _layers_rwkv,
     "recurrent_gemma": _layers_recurrent_gemma,
+    "qwen3_next": _layers_qwen3_next,
 }
 
 
@@ -280,8 +435,10 @@ class Explanation:
         return _explain.mamba_attribution(maps, scores, start_layer=start_layer)
 
     def max_relative_error(self) -> float:
-        """The largest relative error of any layer's decomposition against its hooked mixer output."""
-        return max((layer.relative_error() for layer in self.layers), default=0.0)
+        """The largest relative error of any layer's decomposition against its hooked mixer output (layers that
+        cannot be rebuilt, NaN, are left out)."""
+        errors = [e for e in (layer.relative_error() for layer in self.layers) if not np.isnan(e)]
+        return max(errors, default=0.0)
 
     def save(self, directory: str | os.PathLike, *, batch: int = 0, scale: int = 4) -> list[str]:
         """Writes per layer the map .npy (heads, L, L) and a PNG of the head mean, the rollout, and an index.html;
@@ -323,6 +480,9 @@ def _attention_output(module, u, probs):
 
     if not (hasattr(module, "v_proj") and hasattr(module, "o_proj")):
         return None
+    cfg = getattr(module, "config", None)
+    if getattr(cfg, "use_shared_attention_adapter", False):  # zamba2: v = v_proj(x) + adapter(x), not rebuilt here
+        return None
     with torch.no_grad():
         B, L, _ = u.shape
         heads = probs.shape[1]
@@ -331,6 +491,10 @@ def _attention_output(module, u, probs):
         kv = v.shape[-1] // hd
         v = v.view(B, L, kv, hd).transpose(1, 2).repeat_interleave(heads // kv, dim=1)
         y = torch.matmul(probs.to(v.dtype), v).transpose(1, 2).reshape(B, L, heads * hd)
+        q = getattr(module, "q_proj", None)
+        if q is not None and q.out_features == 2 * heads * hd:  # qwen3_next: an output gate from q_proj's second half
+            gate = q(u).view(B, L, heads, 2 * hd)[..., hd:].reshape(B, L, heads * hd)
+            y = y * torch.sigmoid(gate)
         return _np(module.o_proj(y))
 
 
@@ -370,17 +534,17 @@ def explain(model, input_ids=None, *, inputs_embeds=None, progress: bool | None 
         raise ValueError("iattn.hf.explain: attention_mask has padding (zeros); explain one unpadded sequence per row")
     mixers = _ADAPTERS[model_type](model)
     dtype = _dtype_name(next(model.parameters()))
-    captured: dict[int, tuple] = {}
+    captured: dict[int, tuple] = {}  # by position in `mixers` (a zamba2 layer has two)
     hooks = []
     has_attention = any(m.kind == "attention" for m in mixers)
     previous_impl = getattr(model.config, "_attn_implementation", None)
     if has_attention:
         model.set_attn_implementation("eager")  # the attention modules then return their probabilities
     try:
-        for m in mixers:
-            def hook(module, args, kwargs, output, m=m):
-                u = args[0] if args else next(iter(kwargs.values()))
-                captured[m.index] = (u, kwargs, output)
+        for k, m in enumerate(mixers):
+            def hook(module, args, kwargs, output, k=k):
+                u = args[0] if args else kwargs.get("hidden_states", next(iter(kwargs.values())))
+                captured[k] = (u, kwargs, output)
             hooks.append(m.module.register_forward_hook(hook, with_kwargs=True))
         with torch.no_grad():
             if inputs_embeds is not None:
@@ -397,10 +561,10 @@ def explain(model, input_ids=None, *, inputs_embeds=None, progress: bool | None 
         progress = sys.stderr.isatty()
     bar = _Progress(len(mixers), progress, f"iattn: {model_type}")
     ex = Explanation(model_type)
-    for m in mixers:
-        if m.index not in captured:
+    for k, m in enumerate(mixers):
+        if k not in captured:
             raise RuntimeError(f"iattn.hf.explain: layer {m.index}'s {m.kind} module was not called by the forward pass")
-        u, kwargs, out = captured[m.index]
+        u, kwargs, out = captured[k]
         if m.kind == "attention":
             if not isinstance(out, (tuple, list)) or len(out) < 2 or out[1] is None:
                 raise RuntimeError(f"iattn.hf.explain: layer {m.index}'s attention returned no probabilities under eager attention")
@@ -415,9 +579,7 @@ def explain(model, input_ids=None, *, inputs_embeds=None, progress: bool | None 
             pos = kwargs.get("position_ids")
             if pos is not None and not np.array_equal(_np(pos), np.broadcast_to(np.arange(u_np.shape[1]), _np(pos).shape)):
                 raise ValueError("iattn.hf.explain: position_ids other than 0..L-1 are not supported for recurrent_gemma")
-        w = m.weights(m.module)
-        model_ns = getattr(models, m.kind)
-        decs = [model_ns.decompose(w, np.ascontiguousarray(u_np[b])) for b in range(u_np.shape[0])]
+        decs = m.decompose(m.module, u_np)
         ex.layers.append(LayerMap(m.index, m.kind, decs, None, u_np, y_np))
         bar.step()
     return ex
