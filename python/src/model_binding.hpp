@@ -108,6 +108,49 @@ dtype weights_dtype(nb::handle mapping, const char* where) {
   throw std::invalid_argument(std::string(where) + ": weights has none of the model's fields");
 }
 
+/// f(acts) with acts the model's activations<T> read from a dict (T from its arrays), the GIL released
+/// while f runs: every key a field (an unknown one is a ValueError listing them), absent arrays empty.
+template <class Spec, class F>
+auto with_acts(const nb::dict& acts, const std::string& where, F&& f) {
+  auto run = [&](auto tag) {
+    using T = decltype(tag);
+    typename Spec::template activations<T> a{};
+    const auto fields = Spec::template activation_fields<T>();
+    const auto scalars = Spec::template activation_scalars<T>();
+    std::string names;
+    for (const auto& fl : fields) names += (names.empty() ? "" : ", ") + std::string(fl.name);
+    std::apply([&](const auto&... fl) { ((names += std::string(", ") + fl.name), ...); }, scalars);
+    for (auto [k, v] : acts) {
+      const std::string key = nb::cast<std::string>(k);
+      bool known = false;
+      for (const auto& fl : fields)
+        if (key == fl.name) {
+          a.*(fl.member) = to_matrix<T>(nb::cast<array_in>(v), where, "acts['" + key + "']", true);
+          known = true;
+        }
+      std::apply([&](const auto&... fl) {
+        ((key == fl.name ? (a.*(fl.member) = nb::cast<std::remove_cvref_t<decltype(a.*(fl.member))>>(v), known = true) : false), ...);
+      }, scalars);
+      if (!known) throw std::invalid_argument(where + ": acts has an unknown field '" + key + "' (the fields are " + names + ")");
+    }
+    nb::gil_scoped_release release;
+    return f(a);
+  };
+  const auto fields = Spec::template activation_fields<double>();
+  for (const auto& fl : fields)
+    if (acts.contains(fl.name))
+      return dtype_of(nb::cast<array_in>(acts[fl.name]), where, std::string("acts['") + fl.name + "']") == dtype::f32 ? run(float{}) : run(double{});
+  throw std::invalid_argument(where + ": acts has none of the activation fields");
+}
+
+/// A paper variant of the attention, from activations: name(acts) -> iattn.Operator.
+template <class Spec, class F>
+void def_variant(nb::module_& m, const char* name, const char* doc, F f) {
+  const std::string where = std::string(Spec::name) + "." + name;
+  m.def(name, [where, f](nb::dict acts) { return with_acts<Spec>(acts, where, [&](const auto& a) { return wrap(erase(f(a))); }); },
+        nb::arg("acts"), doc);
+}
+
 template <class Spec>
 void bind_model(nb::module_& models) {
   using C = typename Spec::config;
@@ -203,43 +246,14 @@ void bind_model(nb::module_& models) {
       "the scalars the decomposition reads): what attention(acts) needs, and what a hook would capture.");
 
   m.def(
-      "attention",
-      [n](nb::dict acts) {
-        const std::string where = n + ".attention";
-        auto run = [&](auto tag) {
-          using T = decltype(tag);
-          typename Spec::template activations<T> a{};
-          const auto fields = Spec::template activation_fields<T>();
-          const auto scalars = Spec::template activation_scalars<T>();
-          std::string names;
-          for (const auto& f : fields) names += (names.empty() ? "" : ", ") + std::string(f.name);
-          std::apply([&](const auto&... f) { ((names += std::string(", ") + f.name), ...); }, scalars);
-          for (auto [k, v] : acts) {
-            const std::string key = nb::cast<std::string>(k);
-            bool known = false;
-            for (const auto& f : fields)
-              if (key == f.name) {
-                a.*(f.member) = to_matrix<T>(nb::cast<array_in>(v), where, "acts['" + key + "']", true);
-                known = true;
-              }
-            std::apply([&](const auto&... f) {
-              ((key == f.name ? (a.*(f.member) = nb::cast<std::remove_cvref_t<decltype(a.*(f.member))>>(v), known = true) : false), ...);
-            }, scalars);
-            if (!known) throw std::invalid_argument(where + ": acts has an unknown field '" + key + "' (the fields are " + names + ")");
-          }
-          nb::gil_scoped_release release;
-          return wrap(attention(a));
-        };
-        const auto fields = Spec::template activation_fields<double>();
-        for (const auto& f : fields)
-          if (acts.contains(f.name))
-            return dtype_of(nb::cast<array_in>(acts[f.name]), where, std::string("acts['") + f.name + "']") == dtype::f32 ? run(float{}) : run(double{});
-        throw std::invalid_argument(where + ": acts has none of the activation fields");
+      "attention", [n](nb::dict acts) {
+        return with_acts<Spec>(acts, n + ".attention", [](const auto& a) { return wrap(attention(a)); });
       },
       nb::arg("acts"),
       "The exact decomposition from activations (a dict as activations() returns, or built from a hook's\n"
       "tensors): attention(activations(weights, u)) equals decompose(weights, u). Absent arrays are empty\n"
       "(allowed where the C++ struct documents it, e.g. no out_proj: output() is then H x + beta).");
+  if constexpr (requires { Spec::variants(m); }) Spec::variants(m);
 }
 
 }  // namespace iattn::py

@@ -104,3 +104,36 @@ def test_activations_without_out_proj_stop_before_it():
     bad = dict(acts, A=np.abs(acts["A"]))
     with pytest.raises(ValueError, match="A must be <= 0"):
         iattn.models.mamba.attention(bad)
+
+
+def test_paper_variants_match_their_formulas():
+    w = iattn.models.mamba.init(seed=4, d_model=8, d_state=4)
+    L = 11
+    a = iattn.models.mamba.activations(w, RNG.standard_normal((L, 8)))
+    delta, A, B, C = a["delta"], a["A"], a["B"], a["C"]
+    s6 = iattn.models.mamba.s6_attention(a)
+    hol = iattn.models.mamba.holistic_attention(a)
+    sig = lambda v: 1 / (1 + np.exp(-v))
+    K = a["conv1d_weight"].shape[1]
+    for c in (0, 9):
+        S = np.zeros((L, L))
+        for t in range(L):
+            for s in range(t + 1):
+                S[t, s] = np.sum(C[t] * np.exp(delta[s + 1:t + 1, c].sum() * A[c]) * B[s]) * delta[s, c]
+        np.testing.assert_allclose(s6.materialize(c), S, rtol=1e-10, atol=1e-12)
+        # eq. 9: diag(SiLU z) S6 diag(sigmoid p) M, with p the conv output (bias included) and M the conv
+        M = np.zeros((L, L))
+        for t in range(L):
+            for k in range(K):
+                if t - K + 1 + k >= 0:
+                    M[t, t - K + 1 + k] = a["conv1d_weight"][c, k]
+        p = M @ a["x"][:, c] + a["conv1d_bias"][0, c]
+        z = a["z"][:, c]
+        ref = np.diag(z * sig(z)) @ S @ np.diag(sig(p)) @ M
+        np.testing.assert_allclose(hol.materialize(c), ref, rtol=1e-10, atol=1e-12)
+    d = iattn.models.mamba.attention(a)
+    assert np.abs(d.materialize(0) - hol.materialize(0)).max() > 1e-6  # the exact matrix keeps D and more
+    w2 = iattn.models.mamba2.init(seed=4)
+    a2 = iattn.models.mamba2.activations(w2, RNG.standard_normal((L, 64)))
+    P = iattn.models.mamba2.paper_attention(a2)
+    assert P.head_dim == w2.config["headdim"] and P.causal
