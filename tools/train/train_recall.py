@@ -1,7 +1,7 @@
 """Trains the tiny associative-recall models that ship in models/ (docs/explainability.md):
 
     .venv/bin/python tools/train/train_recall.py mamba    # MambaForCausalLM, 2 layers
-    .venv/bin/python tools/train/train_recall.py hybrid   # BambaForCausalLM: a Mamba-2 layer, then attention
+    .venv/bin/python tools/train/train_recall.py hybrid   # NemotronHForCausalLM: a Mamba-2 block, then attention
 
 CPU only, a few minutes each, seeded (torch, numpy): the same script on the same versions writes the
 same weights. Stops when held-out accuracy reaches --target (default 0.99) or after --steps, and saves
@@ -33,10 +33,12 @@ def build(name: str):
         cfg = transformers.MambaConfig(num_hidden_layers=2, state_size=16, expand=2, conv_kernel=4, **common)
         return transformers.MambaForCausalLM(cfg)
     if name == "hybrid":
-        cfg = transformers.BambaConfig(num_hidden_layers=2, attn_layer_indices=[1], intermediate_size=128, num_attention_heads=4,
-                                       num_key_value_heads=4, mamba_n_heads=4, mamba_d_head="auto", mamba_n_groups=1,
-                                       mamba_d_state=16, mamba_d_conv=4, mamba_expand=2, mamba_chunk_size=32, **common)
-        return transformers.BambaForCausalLM(cfg)
+        # NemotronH: a Mamba-2 block, then a softmax attention block (no positional encoding: the Mamba-2
+        # layer below gives the positions), each pre-normed with a residual
+        cfg = transformers.NemotronHConfig(layers_block_type=["linear_attention", "full_attention"], num_attention_heads=4,
+                                           num_key_value_heads=4, head_dim=16, intermediate_size=128, mamba_num_heads=8,
+                                           mamba_head_dim=16, n_groups=1, ssm_state_size=16, conv_kernel=4, chunk_size=32, **common)
+        return transformers.NemotronHForCausalLM(cfg)
     raise SystemExit(f"unknown model {name!r}: mamba or hybrid")
 
 
