@@ -110,7 +110,8 @@ def _mamba2_weights(mixer) -> Weights:
     if not hasattr(mixer.norm, "weight"):
         raise ValueError("iattn.hf: the mamba2 mixer has no gated RMS norm (falcon_h1's mamba_rms_norm=False); not supported")
     eps = float(getattr(mixer.norm, "variance_epsilon", getattr(mixer, "layer_norm_epsilon", 1e-5)))
-    return Weights(w, dict(d_model=dm, d_state=N, d_conv=K, expand=di // dm, headdim=di // H, ngroups=G, eps=eps))
+    return Weights(w, dict(d_model=dm, d_state=N, d_conv=K, expand=di // dm, headdim=di // H, ngroups=G, eps=eps,
+                           dt_min=_dt_floor(mixer)))
 
 
 def _rwkv_weights(att) -> Weights:
@@ -161,18 +162,9 @@ def _decompose_by_weights(kind, weights_of):
 
 
 def _decompose_mamba2(module, u):
-    """Mamba-2 by its weights; a dt floor (nemotron_h, zamba2) enters through the activations: the
-    decomposition reads dt from them, so clamping it there is exact."""
+    """Mamba-2 by its weights (a dt floor, nemotron_h's and zamba2's time_step_min, is the config's dt_min)."""
     w = _mamba2_weights(module)
-    lo = _dt_floor(module)
-    if lo <= 0:
-        return [models.mamba2.decompose(w, np.ascontiguousarray(ub)) for ub in u]
-    out = []
-    for ub in u:
-        acts = models.mamba2.activations(w, np.ascontiguousarray(ub))
-        acts["dt"] = np.maximum(acts["dt"], np.asarray(lo, acts["dt"].dtype))
-        out.append(models.mamba2.attention(acts))
-    return out
+    return [models.mamba2.decompose(w, np.ascontiguousarray(ub)) for ub in u]
 
 
 def _decompose_normed_mamba(module, u):

@@ -24,7 +24,7 @@ struct mamba_spec {
 
 struct mamba2_spec {
   IATTN_PY_SPEC(mamba2, "Mamba-2 (mamba_ssm `Mamba2`, transformers `Mamba2Mixer`): the SSD scan, its gated RMS norm bound at u.")
-  IATTN_PY_CONFIG(d_model, d_state, d_conv, expand, headdim, ngroups, eps)
+  IATTN_PY_CONFIG(d_model, d_state, d_conv, expand, headdim, ngroups, eps, dt_min)
   IATTN_PY_WEIGHTS(in_proj_weight, conv1d_weight, conv1d_bias, dt_bias, A_log, D, norm_weight, out_proj_weight)
   static void variants(nb::module_& m) {
     def_variant<mamba2_spec>(m, "paper_attention", "Zimerman et al.'s eq. 11: the D skip and the bias term dropped, the norm bound as in attention().",

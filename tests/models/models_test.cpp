@@ -126,6 +126,24 @@ TEST_CASE("Mamba-1 paper matrices by hand (L = 3)", "[models][mamba][paper]") {
   }
 }
 
+TEMPLATE_TEST_CASE("Mamba-2 with a dt floor (NemotronH, Zamba2) equals out_proj(H x + beta)", "[models][mamba2]", float, double) {
+  using T = TestType;
+  auto w = small_mamba2<T>(12);
+  const Mat<T> u = normal<T>(40, w.config.d_model);
+  const auto plain = activations(w, u);
+  // a floor above the median dt: about half the steps are clamped
+  std::vector<T> v(plain.dt.data(), plain.dt.data() + plain.dt.size());
+  std::nth_element(v.begin(), v.begin() + Index(v.size() / 2), v.end());
+  w.config.dt_min = double(v[v.size() / 2]);
+  const auto clamped = activations(w, u);
+  CHECK(clamped.dt.minCoeff() >= T(w.config.dt_min));
+  CHECK((clamped.dt.array() != plain.dt.array()).count() >= plain.dt.size() / 3);
+  check_exact<T>(mamba2_forward(w, u), mamba2_decompose(w, u));
+  CHECK((dd(mamba2_forward(w, u)) - dd(mamba2_forward(small_mamba2<T>(12), u))).cwiseAbs().maxCoeff() > 1e-6);
+  w.config.dt_min = -1;
+  REQUIRE_THROWS_WITH(mamba2_forward(w, u), Catch::Contains("config.dt_min is -1"));
+}
+
 TEST_CASE("Mamba-2 paper matrix by hand (L = 3)", "[models][mamba2][paper]") {
   const auto w = small_mamba2<double>(6);
   const auto u = sample_input<double>(3, 32, 6);

@@ -37,6 +37,8 @@ struct mamba2_config {
   Index headdim = 32;   ///< P
   Index ngroups = 1;    ///< G
   double eps = 1e-5;    ///< RMSNormGated eps
+  double dt_min = 0;    ///< dt = max(softplus(dt_in + dt_bias), dt_min): transformers' time_step_limit lower
+                        ///< bound (NemotronH and Zamba2 clamp at time_step_min); 0 (the default) clamps nothing
   Index d_inner() const { return expand * d_model; }
   Index nheads() const { return d_inner() / headdim; }
   Index conv_dim() const { return d_inner() + 2 * ngroups * d_state; }
@@ -60,6 +62,8 @@ struct mamba2_weights {
     const auto& c = config;
     using std::to_string;
     const char* m = "mamba2";
+    if (!(c.dt_min >= 0 && std::isfinite(c.dt_min)))
+      detail::fail(m, "config.dt_min is " + std::to_string(c.dt_min) + " but must be finite and >= 0 (a lower clamp of dt)");
     if (c.headdim < 1 || c.d_inner() % c.headdim != 0)
       detail::fail(m, "headdim " + to_string(c.headdim) + " must divide d_inner = " + to_string(c.d_inner()));
     if (c.ngroups < 1 || c.nheads() % c.ngroups != 0)
@@ -182,7 +186,7 @@ mamba2_activations<T> activations(const mamba2_weights<T>& w, const Matrix<T>& u
   s.dt.resize(u.rows(), H);
   const Matrix<T> dt_in = zxbcdt.rightCols(H);
   for (Index t = 0; t < u.rows(); ++t)
-    for (Index h = 0; h < H; ++h) s.dt(t, h) = nn::softplus(dt_in(t, h) + w.dt_bias(0, h));
+    for (Index h = 0; h < H; ++h) s.dt(t, h) = std::max(nn::softplus(dt_in(t, h) + w.dt_bias(0, h)), T(w.config.dt_min));
   s.A = -w.A_log.array().exp().matrix();
   s.D = w.D;
   s.conv1d_weight = w.conv1d_weight;
@@ -224,7 +228,7 @@ Matrix<T> mamba2_forward(const mamba2_weights<T>& w, const Matrix<T>& u, Matrix<
   for (Index t = 0; t < L; ++t)
     for (Index hd = 0; hd < H; ++hd) {
       const Index g = hd / (H / c.ngroups);
-      const T dt = nn::softplus(zxbcdt(t, 2 * di + 2 * GN + hd) + w.dt_bias(0, hd));
+      const T dt = std::max(nn::softplus(zxbcdt(t, 2 * di + 2 * GN + hd) + w.dt_bias(0, hd)), T(c.dt_min));
       const T dA = std::exp(-dt * std::exp(w.A_log(0, hd)));
       for (Index p = 0; p < P; ++p) {
         const Index ch = hd * P + p;
