@@ -411,58 +411,14 @@ struct channel_eval<Product<AnyOperator<T>, AnyOperator<T>>, T> {
   }
 
  private:
-  // (A B)[t, s] = sum_{s <= k < s + W} A[t, k] B[k, s] for B a lower band of width W.
   void band_right(Index i0, Index i1, Index j0, Index j1, tile<T> out) const {
-    const Index W = sb.band;
-    Index hi = std::min(L, j1 + W - 1);
-    if (sa.lower) hi = std::min(hi, i1);
-    out.set_zero();
-    if (hi <= j0) return;
-    tile_buffer<T> wide(i1 - i0, hi - j0), tall(hi - j0, j1 - j0);
-    a.block(i0, i1, j0, hi, wide.view);
-    b.block(j0, hi, j0, j1, tall.view);
-    for (Index i = 0; i < out.rows; ++i) {
-      const T* src = wide.view.row(i);
-      T* dst = out.row(i);
-      for (Index j = 0; j < out.cols; ++j)
-        for (Index k = j; k < std::min(j + W, hi - j0); ++k) dst[j] += src[k] * tall.view(k, j);
-    }
+    band_right_product<T>(a, b, sb.band, sa.lower, L, i0, i1, j0, j1, out);
   }
-  // (A B)[t, s] = sum_{t - W < k <= t} A[t, k] B[k, s] for A a lower band of width W.
   void band_left(Index i0, Index i1, Index j0, Index j1, tile<T> out) const {
-    const Index W = sa.band;
-    Index lo = std::max<Index>(0, i0 - W + 1);
-    if (sb.lower) lo = std::max(lo, std::min(j0, i1));
-    out.set_zero();
-    if (lo >= i1) return;
-    tile_buffer<T> wide(i1 - i0, i1 - lo), tall(i1 - lo, j1 - j0);
-    a.block(i0, i1, lo, i1, wide.view);
-    b.block(lo, i1, j0, j1, tall.view);
-    for (Index i = 0; i < out.rows; ++i) {
-      const Index t = i0 + i;
-      T* dst = out.row(i);
-      for (Index k = std::max(lo, t - W + 1); k <= t; ++k) {
-        const T w = wide.view(i, k - lo);
-        const T* src = tall.view.row(k - lo);
-        for (Index j = 0; j < out.cols; ++j) dst[j] += w * src[j];
-      }
-    }
+    band_left_product<T>(a, b, sa.band, sb.lower, i0, i1, j0, j1, out);
   }
   void dense(Index i0, Index i1, Index j0, Index j1, tile<T> out) const {
-    Index lo = 0, hi = L;
-    if (sa.lower) hi = std::min(hi, i1);
-    if (sa.upper) lo = std::max(lo, i0);
-    if (sb.lower) lo = std::max(lo, j0);
-    if (sb.upper) hi = std::min(hi, j1);
-    out.set_zero();
-    auto dst = out.map();
-    for (Index k0 = lo; k0 < hi; k0 += 4 * tile_size) {
-      const Index k1 = std::min(hi, k0 + 4 * tile_size);
-      tile_buffer<T> ta(i1 - i0, k1 - k0), tb(k1 - k0, j1 - j0);
-      a.block(i0, i1, k0, k1, ta.view);
-      b.block(k0, k1, j0, j1, tb.view);
-      dst.noalias() += ta.view.map() * tb.view.map();
-    }
+    dense_product<T>(a, b, {sa.lower, sa.upper, sb.lower, sb.upper}, L, i0, i1, j0, j1, out);
   }
 };
 

@@ -143,6 +143,74 @@ Index band_width(const Node& n) {
   else return std::max(band_width(n.left()), band_width(n.right()));  // Sum
 }
 
+// The product tiles that read both factors' tiles, as functions of the factors' evaluators and their
+// structure (compile-time constants here, run-time flags for AnyOperator's products).
+
+/// B a lower band of width W: (A B)[t, s] = sum_{lag < W} A[t, s+lag] B[s+lag, s], from A's tile
+/// widened by W-1 columns and B's band entries (Griffin's masked convolution).
+template <class T, class EvA, class EvB>
+void band_right_product(const EvA& a, const EvB& b, Index band, bool a_lower, Index L, Index i0, Index i1, Index j0, Index j1,
+                        tile<T> out) {
+  Index hi = std::min(L, j1 + band - 1);
+  if (a_lower) hi = std::min(hi, i1);
+  out.set_zero();
+  if (hi <= j0) return;
+  tile_buffer<T> wide(i1 - i0, hi - j0), tall(hi - j0, j1 - j0);
+  a.block(i0, i1, j0, hi, wide.view);
+  b.block(j0, hi, j0, j1, tall.view);
+  for (Index i = 0; i < out.rows; ++i) {
+    const T* src = wide.view.row(i);
+    T* dst = out.row(i);
+    for (Index j = 0; j < out.cols; ++j)
+      for (Index k = j; k < std::min(j + band, hi - j0); ++k) dst[j] += src[k] * tall.view(k, j);
+  }
+}
+
+/// A a lower band of width W: (A B)[t, s] = sum_{lag < W} A[t, t-lag] B[t-lag, s].
+template <class T, class EvA, class EvB>
+void band_left_product(const EvA& a, const EvB& b, Index band, bool b_lower, Index i0, Index i1, Index j0, Index j1, tile<T> out) {
+  Index lo = std::max<Index>(0, i0 - band + 1);
+  if (b_lower) lo = std::max(lo, std::min(j0, i1));
+  out.set_zero();
+  if (lo >= i1) return;
+  tile_buffer<T> wide(i1 - i0, i1 - lo), tall(i1 - lo, j1 - j0);
+  a.block(i0, i1, lo, i1, wide.view);
+  b.block(lo, i1, j0, j1, tall.view);
+  for (Index i = 0; i < out.rows; ++i) {
+    const Index t = i0 + i;
+    T* dst = out.row(i);
+    for (Index k = std::max(lo, t - band + 1); k <= t; ++k) {
+      const T w = wide.view(i, k - lo);
+      const T* src = tall.view.row(k - lo);
+      for (Index j = 0; j < out.cols; ++j) dst[j] += w * src[j];
+    }
+  }
+}
+
+/// Which triangles the factors of a dense product keep (the inner range follows from them).
+struct product_structure {
+  bool a_lower, a_upper, b_lower, b_upper;
+};
+
+/// The sum over the inner tokens k that the structure of A and B leaves nonzero, as GEMMs of tiles.
+template <class T, class EvA, class EvB>
+void dense_product(const EvA& a, const EvB& b, product_structure st, Index L, Index i0, Index i1, Index j0, Index j1, tile<T> out) {
+  Index lo = 0, hi = L;
+  if (st.a_lower) hi = std::min(hi, i1);
+  if (st.a_upper) lo = std::max(lo, i0);
+  if (st.b_lower) lo = std::max(lo, j0);
+  if (st.b_upper) hi = std::min(hi, j1);
+  out.set_zero();
+  auto dst = out.map();
+  for (Index k0 = lo; k0 < hi; k0 += 4 * tile_size) {
+    const Index k1 = std::min(hi, k0 + 4 * tile_size);
+    tile_buffer<T> ta(i1 - i0, k1 - k0), tb(k1 - k0, j1 - j0);
+    a.block(i0, i1, k0, k1, ta.view);
+    b.block(k0, k1, j0, j1, tb.view);
+    dst.noalias() += ta.view.map() * tb.view.map();
+  }
+}
+
 template <class A, class B, class T>
 struct channel_eval<Product<A, B>, T> {
   channel_eval<A, T> a;
@@ -226,58 +294,14 @@ struct channel_eval<Product<A, B>, T> {
       }
     }
   }
-  // B a band of width W: (A B)[t, s] = sum_{lag < W} A[t, s+lag] B[s+lag, s], from A's tile widened
-  // by W-1 columns and B's band entries (Griffin's masked convolution).
   void band_right(Index i0, Index i1, Index j0, Index j1, tile<T> out) const {
-    Index hi = std::min(L, j1 + band - 1);
-    if constexpr (is_lower_v<A>) hi = std::min(hi, i1);
-    out.set_zero();
-    if (hi <= j0) return;
-    tile_buffer<T> wide(i1 - i0, hi - j0), tall(hi - j0, j1 - j0);
-    a.block(i0, i1, j0, hi, wide.view);
-    b.block(j0, hi, j0, j1, tall.view);
-    for (Index i = 0; i < out.rows; ++i) {
-      const T* src = wide.view.row(i);
-      T* dst = out.row(i);
-      for (Index j = 0; j < out.cols; ++j)
-        for (Index k = j; k < std::min(j + band, hi - j0); ++k) dst[j] += src[k] * tall.view(k, j);
-    }
+    band_right_product<T>(a, b, band, is_lower_v<A>, L, i0, i1, j0, j1, out);
   }
-  // A a band of width W: (A B)[t, s] = sum_{lag < W} A[t, t-lag] B[t-lag, s].
   void band_left(Index i0, Index i1, Index j0, Index j1, tile<T> out) const {
-    Index lo = std::max<Index>(0, i0 - band + 1);
-    if constexpr (is_lower_v<B>) lo = std::max(lo, std::min(j0, i1));
-    out.set_zero();
-    if (lo >= i1) return;
-    tile_buffer<T> wide(i1 - i0, i1 - lo), tall(i1 - lo, j1 - j0);
-    a.block(i0, i1, lo, i1, wide.view);
-    b.block(lo, i1, j0, j1, tall.view);
-    for (Index i = 0; i < out.rows; ++i) {
-      const Index t = i0 + i;
-      T* dst = out.row(i);
-      for (Index k = std::max(lo, t - band + 1); k <= t; ++k) {
-        const T w = wide.view(i, k - lo);
-        const T* src = tall.view.row(k - lo);
-        for (Index j = 0; j < out.cols; ++j) dst[j] += w * src[j];
-      }
-    }
+    band_left_product<T>(a, b, band, is_lower_v<B>, i0, i1, j0, j1, out);
   }
-  // sum over the inner tokens k that the structure of A and B leaves nonzero.
   void dense(Index i0, Index i1, Index j0, Index j1, tile<T> out) const {
-    Index lo = 0, hi = L;
-    if constexpr (is_lower_v<A>) hi = std::min(hi, i1);
-    if constexpr (is_upper_v<A>) lo = std::max(lo, i0);
-    if constexpr (is_lower_v<B>) lo = std::max(lo, j0);
-    if constexpr (is_upper_v<B>) hi = std::min(hi, j1);
-    out.set_zero();
-    auto dst = out.map();
-    for (Index k0 = lo; k0 < hi; k0 += 4 * tile_size) {
-      const Index k1 = std::min(hi, k0 + 4 * tile_size);
-      tile_buffer<T> ta(i1 - i0, k1 - k0), tb(k1 - k0, j1 - j0);
-      a.block(i0, i1, k0, k1, ta.view);
-      b.block(k0, k1, j0, j1, tb.view);
-      dst.noalias() += ta.view.map() * tb.view.map();
-    }
+    dense_product<T>(a, b, {is_lower_v<A>, is_upper_v<A>, is_lower_v<B>, is_upper_v<B>}, L, i0, i1, j0, j1, out);
   }
 };
 
