@@ -23,6 +23,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -84,6 +85,7 @@ bool report(const std::string& name, const Mat& logits, const std::vector<Mat>& 
 int main(int argc, char** argv) {
   const std::string dir = argc > 1 ? argv[1] : std::string(IATTN_SOURCE_DIR) + "/models";
   const std::string out = argc > 2 ? argv[2] : "";
+  if (!out.empty()) std::filesystem::create_directories(out);
   bool ok = true;
   std::printf("tokens:                     ");
   for (Index id : ids) std::printf("%6lld", static_cast<long long>(id));

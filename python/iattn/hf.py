@@ -365,15 +365,20 @@ class LayerMap:
         if self.attention is not None:
             a = self.attention
             return a if heads else a.mean(axis=1, keepdims=True)
-        out = []
-        for d in self.decompositions:
-            if heads and d.H.head_dim > 1:
-                out.append(d.head_means(abs=abs))
-            else:
-                out.append(d.mean(abs=abs)[None])
-        return np.stack(out)
+        key = (abs, heads)
+        if key not in self._maps:  # computed once per layer and kind (the rollout and friends ask per batch element)
+            out = []
+            for d in self.decompositions:
+                if heads and d.H.head_dim > 1:
+                    out.append(d.head_means(abs=abs))
+                else:
+                    out.append(d.mean(abs=abs)[None])
+            self._maps[key] = np.stack(out)
+            self._maps[key].flags.writeable = False
+        return self._maps[key]
 
     reconstruction: np.ndarray | None = None
+    _maps: dict = field(default_factory=dict, repr=False)
 
     def relative_error(self) -> float:
         """max |mixer output - out_proj(H x + beta)| / max |mixer output| over the batch; for an attention layer,
