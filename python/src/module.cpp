@@ -9,6 +9,7 @@ void bind_explain(nb::module_& m);
 void bind_models_mamba(nb::module_& models);
 void bind_models_rnn(nb::module_& models);
 void bind_models_delta(nb::module_& models);
+void bind_models_more(nb::module_& models);
 }  // namespace iattn::py
 
 NB_MODULE(_iattn, m) {
@@ -26,4 +27,5 @@ NB_MODULE(_iattn, m) {
   iattn::py::bind_models_mamba(models);
   iattn::py::bind_models_rnn(models);
   iattn::py::bind_models_delta(models);
+  iattn::py::bind_models_more(models);
 }

@@ -11,11 +11,16 @@ RNG = np.random.default_rng(3)
 
 
 def test_the_models_are_all_there():
-    assert set(MODELS) >= {"mamba", "mamba2", "griffin", "retnet", "rwkv4", "gla", "hgrn", "qwen3_next", "deltanet", "rwkv7"}
+    assert set(MODELS) == {"mamba", "mamba2", "griffin", "retnet", "rwkv4", "gla", "hgrn", "qwen3_next", "deltanet", "rwkv7",
+                           "hgrn2", "rwkv6", "linear_attention", "mlstm", "s4d", "hyena", "transformer", "deltaproduct",
+                           "kimi_linear", "lru", "mamba3"}
 
 
 def d_model_of(name, w):
-    return w.config.get("d_model") or w.config.get("hidden_size") or w.config.get("width") or w.config.get("embed_dim")
+    for key in ("d_model", "hidden_size", "width", "embed_dim", "embedding_dim"):
+        if key in w.config:
+            return w.config[key]
+    raise KeyError(f"{name}: no model width in {w.config}")
 
 
 @pytest.mark.parametrize("name", MODELS)
