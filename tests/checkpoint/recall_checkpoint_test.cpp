@@ -82,6 +82,12 @@ TEST_CASE("nemotron_h loading refuses what it does not model, naming it", "[chec
   REQUIRE_THROWS_WITH(iattn::checkpoint::nemotron_h_config_from_json("{\"n_groups\": \"two\"}"), Contains("\"n_groups\" has the wrong type"));
   REQUIRE_THROWS_WITH(iattn::checkpoint::nemotron_h_config_from_json("{"), Contains("config.json is not JSON"));
   const auto f = iattn::safetensors::file::open(models_dir + "recall-hybrid/model.safetensors");
+  {
+    const auto good = iattn::checkpoint::nemotron_h_lm_from<double>(
+        f, iattn::checkpoint::nemotron_h_config_from_json(slurp(models_dir + "recall-hybrid/config.json")));
+    REQUIRE_THROWS_WITH(iattn::checkpoint::nemotron_h_run(good, {1, 2, 40}),
+                        Contains("nemotron_h_run: token id 40 at position 2 is outside the vocabulary [0, 32)"));
+  }
   iattn::checkpoint::nemotron_h_config c;  // no attention geometry
   REQUIRE_THROWS_WITH(iattn::checkpoint::nemotron_h_lm_from<double>(f, c), Contains("mixer.q_proj.weight': an attention block needs"));
   // a projection bias (use_bias=True) is refused with the tensor's name, by the Mamba loaders too

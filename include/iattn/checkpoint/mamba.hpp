@@ -95,6 +95,23 @@ models::mamba_weights<T> mamba_weights_from(const safetensors::file& f, Index la
   return w;
 }
 
+namespace detail {
+/// The embedding rows of token ids (L, d_model); an id outside [0, vocab) throws naming its position.
+template <class T>
+Matrix<T> embed(const Matrix<T>& embeddings, const std::vector<Index>& ids, const char* where) {
+  const Index L = Index(ids.size()), V = embeddings.rows();
+  Matrix<T> x(L, embeddings.cols());
+  for (Index t = 0; t < L; ++t) {
+    const Index id = ids[std::size_t(t)];
+    if (id < 0 || id >= V)
+      iattn::detail::fail(where, "token id " + std::to_string(id) + " at position " + std::to_string(t) +
+                                     " is outside the vocabulary [0, " + std::to_string(V) + ")");
+    x.row(t) = embeddings.row(id);
+  }
+  return x;
+}
+}  // namespace detail
+
 /// A MambaForCausalLM or Mamba2ForCausalLM read from its checkpoint: W is the mixer's weights type.
 template <class W>
 struct ssm_lm {
@@ -174,15 +191,7 @@ mamba_lm<T> mamba_lm_from(const safetensors::file& f, double eps = 1e-5) {
 template <class W>
 lm_trace<typename ssm_lm<W>::scalar> lm_run(const ssm_lm<W>& lm, const std::vector<Index>& ids) {
   using T = typename ssm_lm<W>::scalar;
-  const Index L = Index(ids.size()), V = lm.embeddings.rows();
-  Matrix<T> x(L, lm.embeddings.cols());
-  for (Index t = 0; t < L; ++t) {
-    const Index id = ids[std::size_t(t)];
-    if (id < 0 || id >= V)
-      iattn::detail::fail("lm_run", "token id " + std::to_string(id) + " at position " + std::to_string(t) +
-                                        " is outside the vocabulary [0, " + std::to_string(V) + ")");
-    x.row(t) = lm.embeddings.row(id);
-  }
+  Matrix<T> x = detail::embed(lm.embeddings, ids, "lm_run");
   lm_trace<T> tr;
   for (std::size_t i = 0; i < lm.layers.size(); ++i) {
     tr.mixer_inputs.push_back(detail::rms_norm_rows(x, lm.norms[i], lm.eps));

@@ -183,15 +183,7 @@ Matrix<T> causal_attention(const nemotron_h_block<T>& b, const nemotron_h_config
 /// The forward pass on token ids (every id in [0, vocab)).
 template <Scalar T>
 nemotron_h_trace<T> nemotron_h_run(const nemotron_h_lm<T>& lm, const std::vector<Index>& ids) {
-  const Index L = Index(ids.size()), V = lm.embeddings.rows();
-  Matrix<T> x(L, lm.embeddings.cols());
-  for (Index t = 0; t < L; ++t) {
-    const Index id = ids[std::size_t(t)];
-    if (id < 0 || id >= V)
-      iattn::detail::fail("nemotron_h_run", "token id " + std::to_string(id) + " at position " + std::to_string(t) +
-                                                " is outside the vocabulary [0, " + std::to_string(V) + ")");
-    x.row(t) = lm.embeddings.row(id);
-  }
+  Matrix<T> x = detail::embed(lm.embeddings, ids, "nemotron_h_run");
   nemotron_h_trace<T> tr;
   for (const auto& b : lm.blocks) {
     tr.mixer_inputs.push_back(detail::rms_norm_rows(x, b.norm, lm.config.eps));
