@@ -39,6 +39,12 @@ inline dtype dtype_of(const array_in& a, const std::string& where, const std::st
   throw nb::type_error((where + ": " + arg + " must be float32 or float64 (convert it with .astype / .to); got another dtype").c_str());
 }
 
+/// f(float{}) or f(double{}): the scalar type d names, as a tag for f's template parameter.
+template <class F>
+decltype(auto) on_scalar(dtype d, F&& f) {
+  return d == dtype::f32 ? f(float{}) : f(double{});
+}
+
 inline std::string shape_string(const array_in& a) {
   std::string s = "(";
   for (std::size_t i = 0; i < a.ndim(); ++i) s += (i ? ", " : "") + std::to_string(a.shape(i));

@@ -31,7 +31,7 @@ nb::object on_list(const std::vector<array_in>& list, const char* where, const c
     }
     return to_numpy<T>(std::move(*r));
   };
-  return dtype_of(list[0], where, std::string(arg) + "[0]") == dtype::f32 ? run(float{}) : run(double{});
+  return on_scalar(dtype_of(list[0], where, std::string(arg) + "[0]"), run);
 }
 
 template <class F>
@@ -41,7 +41,7 @@ nb::object on_matrix(const array_in& a, const char* where, const char* arg, F&& 
     const Matrix<T> m = to_matrix<T>(a, where, arg, true);
     return to_numpy<T>(Matrix<T>(f(m)));
   };
-  return dtype_of(a, where, arg) == dtype::f32 ? run(float{}) : run(double{});
+  return on_scalar(dtype_of(a, where, arg), run);
 }
 
 }  // namespace
@@ -73,7 +73,7 @@ void bind_explain(nb::module_& top) {
           }
           return to_numpy<T>(std::move(r));
         };
-        return dtype_of(layers[0], "mamba_attribution", "layers[0]") == dtype::f32 ? run(float{}) : run(double{});
+        return on_scalar(dtype_of(layers[0], "mamba_attribution", "layers[0]"), run);
       },
       nb::arg("layers"), nb::arg("scores"), nb::kw_only(), nb::arg("start_layer") = 0,
       "Mamba-Attribution (Ali et al., eq. 23, then rollout): per layer rownorm(I + relu(A) diag(score)); scores\n"
@@ -102,7 +102,7 @@ void bind_explain(nb::module_& top) {
           using T = decltype(tag);
           return to_numpy<T>(explain::bidirectional(to_matrix<T>(f, "bidirectional", "forward"), to_matrix<T>(b, "bidirectional", "backward")));
         };
-        return dtype_of(f, "bidirectional", "forward") == dtype::f32 ? run(float{}) : run(double{});
+        return on_scalar(dtype_of(f, "bidirectional", "forward"), run);
       }, nb::arg("forward"), nb::arg("backward"), "F + J B J: a bidirectional layer's map from its two scans' maps.");
   m.def(
       "colorize",

@@ -139,7 +139,7 @@ auto with_acts(const nb::dict& acts, const std::string& where, F&& f) {
   const auto fields = Spec::template activation_fields<double>();
   for (const auto& fl : fields)
     if (acts.contains(fl.name))
-      return dtype_of(nb::cast<array_in>(acts[fl.name]), where, std::string("acts['") + fl.name + "']") == dtype::f32 ? run(float{}) : run(double{});
+      return on_scalar(dtype_of(nb::cast<array_in>(acts[fl.name]), where, std::string("acts['") + fl.name + "']"), run);
   throw std::invalid_argument(where + ": acts has none of the activation fields");
 }
 
@@ -149,6 +149,17 @@ void def_variant(nb::module_& m, const char* name, const char* doc, F f) {
   const std::string where = std::string(Spec::name) + "." + name;
   m.def(name, [where, f](nb::dict acts) { return with_acts<Spec>(acts, where, [&](const auto& a) { return wrap(erase(f(a))); }); },
         nb::arg("acts"), doc);
+}
+
+/// f(tag, w) with w the model's weights<T> (tag a T) from a mapping (T from its arrays) and the config that
+/// config_of finds: what forward, decompose and activations share.
+template <class Spec, class F>
+auto with_weights(nb::handle weights, const std::optional<nb::dict>& config, const std::string& where, F&& f) {
+  const typename Spec::config c = config_of<Spec>(weights, config, where.c_str());
+  return on_scalar(weights_dtype<Spec>(weights, where.c_str()), [&](auto tag) {
+    using T = decltype(tag);
+    return f(tag, weights_from<Spec, T>(weights, c, where.c_str()));
+  });
 }
 
 template <class Spec>
@@ -184,10 +195,8 @@ void bind_model(nb::module_& models) {
       "forward",
       [n](nb::handle weights, array_in u, std::optional<nb::dict> config) -> nb::object {
         const std::string where = n + ".forward";
-        const C c = config_of<Spec>(weights, config, where.c_str());
-        auto run = [&](auto tag) -> nb::object {
+        return with_weights<Spec>(weights, config, where, [&](auto tag, const auto& w) -> nb::object {
           using T = decltype(tag);
-          auto w = weights_from<Spec, T>(weights, c, where.c_str());
           const Matrix<T> x = to_matrix<T>(u, where, "u");
           Matrix<T> y;
           {
@@ -195,8 +204,7 @@ void bind_model(nb::module_& models) {
             y = Spec::template forward<T>(w, x);
           }
           return to_numpy<T>(std::move(y));
-        };
-        return weights_dtype<Spec>(weights, where.c_str()) == dtype::f32 ? run(float{}) : run(double{});
+        });
       },
       nb::arg("weights"), nb::arg("u"), nb::arg("config") = nb::none(),
       "The block's own plain recurrent forward (the oracle the decomposition is checked against):\n"
@@ -206,15 +214,12 @@ void bind_model(nb::module_& models) {
       "decompose",
       [n](nb::handle weights, array_in u, std::optional<nb::dict> config) {
         const std::string where = n + ".decompose";
-        const C c = config_of<Spec>(weights, config, where.c_str());
-        auto run = [&](auto tag) {
+        return with_weights<Spec>(weights, config, where, [&](auto tag, const auto& w) {
           using T = decltype(tag);
-          auto w = weights_from<Spec, T>(weights, c, where.c_str());
           const Matrix<T> x = to_matrix<T>(u, where, "u");
           nb::gil_scoped_release release;
           return wrap(Spec::template decompose<T>(w, x));
-        };
-        return weights_dtype<Spec>(weights, where.c_str()) == dtype::f32 ? run(float{}) : run(double{});
+        });
       },
       nb::arg("weights"), nb::arg("u"), nb::arg("config") = nb::none(),
       "The block's exact decomposition on u (L, d_model): an iattn.Decomposition d with\n"
@@ -224,10 +229,8 @@ void bind_model(nb::module_& models) {
       "activations",
       [n](nb::handle weights, array_in u, std::optional<nb::dict> config) -> nb::dict {
         const std::string where = n + ".activations";
-        const C c = config_of<Spec>(weights, config, where.c_str());
-        auto run = [&](auto tag) {
+        return with_weights<Spec>(weights, config, where, [&](auto tag, const auto& w) {
           using T = decltype(tag);
-          auto w = weights_from<Spec, T>(weights, c, where.c_str());
           const Matrix<T> x = to_matrix<T>(u, where, "u");
           typename Spec::template activations<T> a;
           {
@@ -238,8 +241,7 @@ void bind_model(nb::module_& models) {
           for (const auto& f : Spec::template activation_fields<T>()) out[f.name] = to_numpy<T>(Matrix<T>(a.*(f.member)));
           std::apply([&](const auto&... f) { ((out[f.name] = a.*(f.member)), ...); }, Spec::template activation_scalars<T>());
           return out;
-        };
-        return weights_dtype<Spec>(weights, where.c_str()) == dtype::f32 ? run(float{}) : run(double{});
+        });
       },
       nb::arg("weights"), nb::arg("u"), nb::arg("config") = nb::none(),
       "One forward pass's activations on u (L, d_model), as a dict named as the C++ struct's fields (arrays, and\n"

@@ -10,7 +10,7 @@ Index length_arg(const std::optional<Index>& L) { return L ? *L : any; }
 /// f(tag) with tag a float or a double, from the dtype of the first array.
 template <class F>
 decltype(auto) by_dtype(const array_in& a, const std::string& where, const std::string& arg, F&& f) {
-  return dtype_of(a, where, arg) == dtype::f32 ? f(float{}) : f(double{});
+  return on_scalar(dtype_of(a, where, arg), std::forward<F>(f));
 }
 
 /// The operands of a binary node share a scalar type, or a TypeError says which differ.
