@@ -3,10 +3,12 @@
 # with the pinned build and test packages of python/requirements.txt), then, with --test, runs its
 # tests. The build directory build-python/ is kept: a second run recompiles only what changed.
 # With --test it also installs torch and transformers (python/requirements-hf.txt) for iattn.hf's tests.
-# Usage: bash scripts/python.sh [--test]          (PYTHON=python3.12 to choose the interpreter)
+# With --deps it only creates the venv and installs the pinned packages of both requirement files
+# (scripts/test.sh runs that in the background, so the torch download overlaps the C++ build).
+# Usage: bash scripts/python.sh [--test | --deps]  (PYTHON=python3.12 to choose the interpreter)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/deps.sh --python
+[[ "${1:-}" == "--deps" ]] || bash scripts/deps.sh --python
 venv=.venv
 py="${PYTHON:-python3}"
 if [[ ! -x "$venv/bin/python" ]]; then
@@ -14,6 +16,10 @@ if [[ ! -x "$venv/bin/python" ]]; then
   "$py" -m venv "$venv"
 fi
 "$venv/bin/python" -m pip install -q --disable-pip-version-check -r python/requirements.txt
+if [[ "${1:-}" == "--deps" ]]; then
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check -r python/requirements-hf.txt
+  exit 0
+fi
 # No build isolation: the pinned nanobind and scikit-build-core of the venv build it.
 "$venv/bin/python" -m pip install -q --disable-pip-version-check --no-build-isolation .
 "$venv/bin/python" -c "import iattn; print('iattn', iattn.__version__, 'installed in $venv (SIMD:', iattn._iattn.simd, ')')"

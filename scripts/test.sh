@@ -5,12 +5,20 @@
 # (Eigen's assertions on), and run. IATTN_SKIP_SANITIZERS=1 skips the second stage (local iteration).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/deps.sh
+bash scripts/deps.sh --python
+# The Python stage's venv and pinned packages (torch: about 3 GB to download on a fresh machine) are
+# fetched in the background while stage 1 compiles; stage 1b waits for them.
+mkdir -p build
+bash scripts/python.sh --deps >build/python-deps.log 2>&1 &
+python_deps=$!
 echo "== stage 1: release build, all tests"
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DIATTN_BUILD_TESTS=ON -DIATTN_BUILD_EXAMPLES=ON
 cmake --build build -j2
 ctest --test-dir build --output-on-failure -j2
 echo "== stage 1b: the Python package (pip install . into .venv), its tests"
+if ! wait "$python_deps"; then
+  echo "iattn: creating the venv or installing its packages failed:"; tail -n 30 build/python-deps.log; exit 1
+fi
 bash scripts/python.sh --test
 if [ "${IATTN_SKIP_SANITIZERS:-0}" = "1" ]; then
   echo "== stage 2 skipped (IATTN_SKIP_SANITIZERS=1)"
