@@ -12,7 +12,15 @@ mkdir -p build
 bash scripts/python.sh --deps >build/python-deps.log 2>&1 &
 python_deps=$!
 echo "== stage 1: release build, all tests"
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DIATTN_BUILD_TESTS=ON -DIATTN_BUILD_EXAMPLES=ON
+# With nvcc on the PATH (or in /usr/local/cuda), the CUDA backend's GPU test, example and benchmark
+# are compiled for sm_80 and sm_90 too (they print why and exit 0 without a device); its kernels run
+# on the host emulator in every build (docs/cuda.md).
+cuda=()
+if command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ]; then
+  cuda=(-DIATTN_ENABLE_CUDA=ON)
+  command -v nvcc >/dev/null || export PATH="/usr/local/cuda/bin:$PATH"
+fi
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DIATTN_BUILD_TESTS=ON -DIATTN_BUILD_EXAMPLES=ON "${cuda[@]}"
 cmake --build build -j2
 ctest --test-dir build --output-on-failure -j2
 echo "== stage 1b: the Python package (pip install . into .venv), its tests"
@@ -38,5 +46,8 @@ echo "== stage 3: ThreadSanitizer on the concurrency stress test"
 # one thread here; the test's own std::threads share one expression.
 cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE= "-DCMAKE_CXX_FLAGS=-O1 -g1" -DIATTN_BUILD_TESTS=ON \
   -DIATTN_BUILD_EXAMPLES=OFF -DIATTN_INSTALL=OFF -DIATTN_SANITIZE=thread
-cmake --build build-tsan -j2 --target reliability_test
+cmake --build build-tsan -j2 --target reliability_test emulated_kernels_test emulator_race_check
 OMP_NUM_THREADS=1 TSAN_OPTIONS=halt_on_error=1 ./build-tsan/tests/reliability_test "[threads]"
+echo "== stage 3b: the CUDA kernels on the host emulator under ThreadSanitizer, and the missing-barrier race check"
+TSAN_OPTIONS=halt_on_error=1 ./build-tsan/tests/cuda/emulated_kernels_test "[concurrent],[emulator],[errors]"
+ctest --test-dir build-tsan -R '^emulator_race_check$' --output-on-failure

@@ -37,47 +37,11 @@ namespace detail {
 template <class H, class XS>
 using eval_scalar_t = std::conditional_t<std::is_void_v<typename H::scalar>, XS, typename H::scalar>;
 
-inline std::string extent_string(Index v, const char* letter) {
-  return v == any ? std::string(letter) : std::string(letter) + "=" + std::to_string(v);
-}
-
-template <class H>
-void check_input(const H& h, Index rows, Index cols, const char* where, const char* argument) {
-  const bool ok = (h.length() == any || rows == h.length()) && (h.channels() == any || cols == h.channels());
-  if (ok) return;  // the expected-shape text is only built for the error
-  std::string expected = "(";
-  expected += extent_string(h.length(), "L");
-  expected += ", ";
-  expected += extent_string(h.channels(), "D");
-  expected += ")";
-  require_shape(false, where, argument, rows, cols, expected);
-}
-
-/// L from the expression, or from the caller where the expression does not fix it.
-template <class H>
-Index resolve_length(const H& h, Index L, const char* where) {
-  if (h.length() != any) {
-    if (L != any && L != h.length())
-      fail(where, "L is " + std::to_string(L) + " but the expression has length " + std::to_string(h.length()));
-    return h.length();
-  }
-  if (L == any) fail(where, "the expression does not fix the length L; pass it as the last argument");
-  if (L < 0) fail(where, "L is " + std::to_string(L) + " but must be >= 0");
-  return L;
-}
-
 template <class H>
 void require_bound(const H& h, const char* where) {
   if (!cpu_detail::is_bound(h))
     fail(where, "the expression contains an unbound GroupNorm, whose statistics depend on the input; call "
                 "bind(H, X) first");
-}
-
-template <class H>
-void check_channel(const H& h, Index c, const char* where) {
-  if (c < 0 || (h.channels() != any && c >= h.channels()))
-    fail(where, "channel c = " + std::to_string(c) + " is out of range [0, " +
-                    (h.channels() == any ? std::string("D") : std::to_string(h.channels())) + ")");
 }
 
 template <class H>

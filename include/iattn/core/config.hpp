@@ -4,17 +4,13 @@
 // The letters (L, D, H, P, G, N, K) are defined once in docs/operators.md.
 #pragma once
 
+#include "host_device.hpp"
+
 #include <Eigen/Core>
 
 #include <concepts>
 #include <cstddef>
 #include <type_traits>
-
-#if defined(__CUDACC__)
-#define IATTN_HOST_DEVICE __host__ __device__
-#else
-#define IATTN_HOST_DEVICE
-#endif
 
 namespace iattn {
 

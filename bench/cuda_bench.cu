@@ -1,0 +1,140 @@
+// CUDA backend benchmarks (IATTN_ENABLE_CUDA and IATTN_BUILD_BENCHMARKS; scripts/gpu-check.sh runs
+// them): the Mamba-1 chain diag(g) S diag(dt) conv(w) applied (S with the factored decay dt (x) A),
+// S applied alone and one channel of S materialized, at L in {1024, 4096}, D = 1536, N = 16, float,
+// timed with CUDA events (manual time). Each call copies the expression's coefficients to the
+// device (docs/cuda.md), so two baselines run beside them:
+//   BM_cuda_copy     a device-to-device copy of the (L, D) input: the memory-bound floor of a pass
+//   BM_cuda_upload   the host-to-device copy of the coefficients one apply of the chain uploads
+// Counters: items_per_second (L*D*N state updates for S and the chain, L^2 entries for materialize),
+// bytes_per_second for the baselines.
+#include <benchmark/benchmark.h>
+
+#include <iattn/cuda.hpp>
+
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <random>
+#include <vector>
+
+namespace {
+
+using iattn::Index;
+using Mat = iattn::Matrix<float>;
+constexpr Index D = 1536, N = 16, K = 4;
+
+struct data {
+  Index L;
+  Mat x, g, dt, A, B, C, w;
+  explicit data(Index L_) : L(L_) {
+    std::mt19937 rng(1);
+    std::normal_distribution<float> n(0.f, 1.f);
+    std::uniform_real_distribution<float> un(0.f, 1.f);
+    auto rnd = [&](Index r, Index c) {
+      Mat m(r, c);
+      for (Index i = 0; i < m.size(); ++i) m.data()[i] = n(rng);
+      return m;
+    };
+    x = rnd(L, D), g = rnd(L, D), B = rnd(L, N), C = rnd(L, N), w = rnd(K, D);
+    dt.resize(L, D), A.resize(D, N);
+    for (Index c = 0; c < D; ++c)
+      for (Index m = 0; m < N; ++m) A(c, m) = -float(m + 1);
+    for (Index i = 0; i < dt.size(); ++i) dt.data()[i] = 0.001f + 0.099f * un(rng);
+  }
+  auto S() const { return iattn::semiseparable(iattn::factored_decay(dt, A), B, C, {.heads = D}); }
+  auto mamba1() const { return iattn::diagonal(g) * S() * iattn::diagonal(dt) * iattn::causal_conv(w); }
+};
+
+const data& get(Index L) {
+  static std::vector<std::unique_ptr<data>> cache;
+  for (auto& d : cache)
+    if (d->L == L) return *d;
+  cache.push_back(std::make_unique<data>(L));
+  return *cache.back();
+}
+
+/// Times f() on the stream with CUDA events, per iteration.
+template <class F>
+void timed(benchmark::State& state, cudaStream_t s, F&& f) {
+  cudaEvent_t start, stop;
+  iattn::simt::check(cudaEventCreate(&start), "cudaEventCreate");
+  iattn::simt::check(cudaEventCreate(&stop), "cudaEventCreate");
+  f();  // warm-up: allocations, module load
+  iattn::simt::check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+  for (auto _ : state) {
+    iattn::simt::check(cudaEventRecord(start, s), "cudaEventRecord");
+    f();
+    iattn::simt::check(cudaEventRecord(stop, s), "cudaEventRecord");
+    iattn::simt::check(cudaEventSynchronize(stop), "cudaEventSynchronize");
+    float ms = 0;
+    iattn::simt::check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
+    state.SetIterationTime(ms / 1e3);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+}
+
+void BM_cuda_apply_mamba1(benchmark::State& state) {
+  const data& d = get(state.range(0));
+  const auto H = d.mamba1();
+  const iattn::cuda on{};
+  const auto xd = iattn::to_device(d.x, on);
+  timed(state, on.stream, [&] { benchmark::DoNotOptimize(iattn::apply(on, H, xd).data()); });
+  state.SetItemsProcessed(state.iterations() * d.L * D * N);
+}
+void BM_cuda_apply_S(benchmark::State& state) {
+  const data& d = get(state.range(0));
+  const auto S = d.S();
+  const iattn::cuda on{};
+  const auto xd = iattn::to_device(d.x, on);
+  timed(state, on.stream, [&] { benchmark::DoNotOptimize(iattn::apply(on, S, xd).data()); });
+  state.SetItemsProcessed(state.iterations() * d.L * D * N);
+}
+void BM_cuda_materialize_S(benchmark::State& state) {
+  const data& d = get(state.range(0));
+  const auto S = d.S();
+  const iattn::cuda on{};
+  timed(state, on.stream, [&] { benchmark::DoNotOptimize(iattn::materialize(on, S, 7).data()); });
+  state.SetItemsProcessed(state.iterations() * d.L * d.L);
+}
+void BM_cuda_copy(benchmark::State& state) {
+  const data& d = get(state.range(0));
+  const iattn::cuda on{};
+  const auto xd = iattn::to_device(d.x, on);
+  iattn::device_matrix<float> yd(d.L, D, on);
+  const std::size_t bytes = sizeof(float) * std::size_t(d.L * D);
+  timed(state, on.stream, [&] {
+    iattn::simt::check(cudaMemcpyAsync(yd.data(), xd.data(), bytes, cudaMemcpyDeviceToDevice, on.stream), "copy");
+  });
+  state.SetBytesProcessed(state.iterations() * 2 * std::int64_t(bytes));  // read and write
+}
+void BM_cuda_upload(benchmark::State& state) {
+  const data& d = get(state.range(0));
+  const iattn::cuda on{};
+  // What one apply of the chain copies in: g, dt (twice: S's decay and the diagonal), B, C, A, w.
+  const std::size_t n = std::size_t(3 * d.L * D + 2 * d.L * N + D * N + K * D);
+  const std::vector<float> host(n, 1.0f);
+  iattn::cuda_detail::device_buffer<float> buf(Index(n), on.stream);
+  timed(state, on.stream, [&] { buf.upload(host.data()); });
+  state.SetBytesProcessed(state.iterations() * std::int64_t(n * sizeof(float)));
+}
+
+}  // namespace
+
+BENCHMARK(BM_cuda_apply_mamba1)->Arg(1024)->Arg(4096)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_cuda_apply_S)->Arg(1024)->Arg(4096)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_cuda_materialize_S)->Arg(1024)->Arg(4096)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_cuda_copy)->Arg(1024)->Arg(4096)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_cuda_upload)->Arg(1024)->Arg(4096)->UseManualTime()->Unit(benchmark::kMillisecond);
+
+int main(int argc, char** argv) {
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+    std::printf("iattn_cuda_bench: no CUDA device; nothing to measure\n");
+    return 0;
+  }
+  benchmark::Initialize(&argc, argv);
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

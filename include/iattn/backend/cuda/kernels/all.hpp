@@ -1,0 +1,11 @@
+// iattn/backend/cuda/kernels/all.hpp: every kernel of the CUDA backend (for the nvcc resource
+// check, tests/cuda/kernels.cu, which instantiates each one). Free of Eigen and of host-only code.
+#pragma once
+
+#include "causal_conv.hpp"
+#include "chunked_scan.hpp"
+#include "diagonal.hpp"
+#include "linear_recurrence.hpp"
+#include "semiseparable_scan.hpp"
+#include "semiseparable_tiles.hpp"
+#include "semiseparable_view.hpp"

@@ -1,0 +1,163 @@
+// iattn/backend/cuda/memory.hpp: device memory.
+//
+//   cuda_detail::device_buffer<T>   n values, owning, stream-ordered (cudaMallocAsync/cudaFreeAsync)
+//   device_matrix<T>                (rows, cols) row-major on the device, owning, move-only
+//   to_device(m, cuda{s})           a host Eigen matrix into a new device_matrix (row-major)
+//   to_host(dm)                     a device_matrix into a new Matrix<T>; waits for dm's stream
+//
+// Emulated build: "device" memory is host memory, filled with 0xFF bytes (NaN) when allocated, as
+// a GPU's is left uninitialised: a kernel that leaves an output unwritten shows in the tests.
+#pragma once
+
+#include "../../core/config.hpp"
+#include "../../core/error.hpp"
+#include "tag.hpp"
+
+#include <cstring>
+#include <memory>
+#include <type_traits>
+#include <utility>
+
+namespace iattn {
+
+namespace cuda_detail {
+
+/// n values of T in device memory, allocated and freed in order on a stream.
+template <class T>
+class device_buffer {
+  static_assert(std::is_trivially_copyable_v<T>, "device_buffer holds trivially copyable values");
+
+ public:
+  device_buffer() = default;
+  device_buffer(Index n, simt::stream s) : n_(n), stream_(s) {
+    if (n_ <= 0) return;
+#if defined(__CUDACC__)
+    void* p = nullptr;
+    simt::check(cudaMallocAsync(&p, bytes(), stream_), "device_buffer: cudaMallocAsync");
+    data_ = static_cast<T*>(p);
+#else
+    data_ = static_cast<T*>(::operator new(bytes()));
+    std::memset(static_cast<void*>(data_), 0xFF, bytes());
+#endif
+  }
+  /// n values copied from host memory.
+  device_buffer(const T* host, Index n, simt::stream s) : device_buffer(n, s) { upload(host); }
+  device_buffer(device_buffer&& o) noexcept
+      : data_(std::exchange(o.data_, nullptr)), n_(std::exchange(o.n_, 0)), stream_(o.stream_) {}
+  device_buffer& operator=(device_buffer&& o) noexcept {
+    if (this != &o) {
+      release();
+      data_ = std::exchange(o.data_, nullptr);
+      n_ = std::exchange(o.n_, 0);
+      stream_ = o.stream_;
+    }
+    return *this;
+  }
+  device_buffer(const device_buffer&) = delete;
+  device_buffer& operator=(const device_buffer&) = delete;
+  ~device_buffer() { release(); }
+
+  T* data() { return data_; }
+  const T* data() const { return data_; }
+  Index size() const { return n_; }
+  simt::stream stream() const { return stream_; }
+
+  void upload(const T* host) {
+    if (n_ <= 0) return;
+#if defined(__CUDACC__)
+    simt::check(cudaMemcpyAsync(data_, host, bytes(), cudaMemcpyHostToDevice, stream_), "device_buffer: upload");
+#else
+    std::memcpy(static_cast<void*>(data_), host, bytes());
+#endif
+  }
+  /// Copies into host memory and waits for the stream: the values are there on return.
+  void download(T* host) const {
+    if (n_ <= 0) return;
+#if defined(__CUDACC__)
+    simt::check(cudaMemcpyAsync(host, data_, bytes(), cudaMemcpyDeviceToHost, stream_), "device_buffer: download");
+    simt::check(cudaStreamSynchronize(stream_), "device_buffer: cudaStreamSynchronize");
+#else
+    std::memcpy(static_cast<void*>(host), data_, bytes());
+#endif
+  }
+
+ private:
+  std::size_t bytes() const { return static_cast<std::size_t>(n_) * sizeof(T); }
+  void release() noexcept {
+    if (!data_) return;
+#if defined(__CUDACC__)
+    cudaFreeAsync(data_, stream_);  // a destructor does not throw; a failed free is not recoverable
+#else
+    ::operator delete(static_cast<void*>(data_));
+#endif
+    data_ = nullptr;
+  }
+
+  T* data_ = nullptr;
+  Index n_ = 0;
+  simt::stream stream_{};
+};
+
+/// A coefficient's values on the device (empty when the coefficient is).
+template <class C>
+auto upload(const C& coefficient, simt::stream s) {
+  using T = std::remove_const_t<std::remove_pointer_t<decltype(coefficient.data())>>;
+  return device_buffer<T>(coefficient.data(), coefficient.rows() * coefficient.cols(), s);
+}
+
+}  // namespace cuda_detail
+
+/// A (rows, cols) row-major matrix in device memory: the CUDA backend's sequence tensors and
+/// results. Owning and move-only; freed in order on the stream it was made on.
+template <Scalar T>
+class device_matrix {
+ public:
+  using Scalar = T;
+
+  device_matrix() = default;
+  /// Uninitialised storage for (rows, cols) values on on.stream.
+  device_matrix(Index rows, Index cols, cuda on) : buf_(rows * cols, on.stream), rows_(rows), cols_(cols) {
+    if (rows < 0 || cols < 0)
+      detail::fail("device_matrix", "shape " + detail::shape_string(rows, cols) + " has a negative extent");
+  }
+
+  Index rows() const { return rows_; }
+  Index cols() const { return cols_; }
+  Index size() const { return rows_ * cols_; }
+  /// Device pointer to the row-major values.
+  T* data() { return buf_.data(); }
+  const T* data() const { return buf_.data(); }
+  simt::stream stream() const { return buf_.stream(); }
+  cuda_detail::device_buffer<T>& buffer() { return buf_; }
+  const cuda_detail::device_buffer<T>& buffer() const { return buf_; }
+
+ private:
+  cuda_detail::device_buffer<T> buf_;
+  Index rows_ = 0, cols_ = 0;
+};
+
+/// m (any Eigen dense expression, evaluated once into the row-major layout) in device memory.
+template <class XD>
+device_matrix<typename XD::Scalar> to_device(const Eigen::MatrixBase<XD>& m, cuda on = {}) {
+  using T = typename XD::Scalar;
+  const Matrix<T>& host = m.derived();  // no copy when m already is a Matrix<T>
+  device_matrix<T> out(host.rows(), host.cols(), on);
+  out.buffer().upload(host.data());
+  return out;
+}
+
+/// dm's values into out (resized only when its shape differs); waits for dm's stream, so every
+/// kernel writing dm has run.
+template <Scalar T>
+void to_host(const device_matrix<T>& dm, Matrix<T>& out) {
+  if (out.rows() != dm.rows() || out.cols() != dm.cols()) out.resize(dm.rows(), dm.cols());
+  dm.buffer().download(out.data());
+}
+template <Scalar T>
+Matrix<T> to_host(const device_matrix<T>& dm) {
+  Matrix<T> out(dm.rows(), dm.cols());
+  to_host(dm, out);
+  return out;
+}
+
+}  // namespace iattn

@@ -1,0 +1,247 @@
+// The CUDA backend's kernels on the host emulator (backend/cuda/emulator.hpp), built by the
+// ordinary C++ compiler: every case of kernel_cases.hpp against the CPU backend and plain loops, in
+// the concurrent schedule (tag [concurrent]: what ThreadSanitizer watches, scripts/test.sh) and in
+// the two serial schedules ([serial]: deterministic, they catch a missing barrier by value), then
+// the emulator's own checks ([emulator]): the missing-barrier kernel caught, barrier divergence,
+// deadlocks, partial-warp shuffles, the shared-memory limit and poison, persistent threads.
+#if defined(IATTN_CATCH2_V3)
+#include <catch2/catch_all.hpp>
+#else
+#include <catch2/catch.hpp>
+#endif
+
+#include "kernel_cases.hpp"
+
+#include <cmath>
+#include <mutex>
+#include <set>
+#include <thread>
+
+namespace {
+
+using iattn::simt::schedule;
+namespace simt = iattn::simt;
+
+/// Reports a case's comparison as one Catch2 assertion.
+struct catch_check {
+  void operator()(const std::string& what, double err, double allowed) const {
+    INFO(what << ": max abs error " << err << ", allowed " << allowed);
+    CHECK(err <= allowed);
+  }
+};
+
+iattn::cuda on(schedule s) { return iattn::cuda{simt::emulated_stream{s}}; }
+
+#if defined(__SANITIZE_THREAD__)
+constexpr bool under_tsan = true;
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+constexpr bool under_tsan = true;
+#else
+constexpr bool under_tsan = false;
+#endif
+#else
+constexpr bool under_tsan = false;
+#endif
+/// The concurrent schedule's lengths: under ThreadSanitizer (5-15x slower) the serial ones, which
+/// reach the same tails and code paths.
+const cuda_test::lengths& concurrent_lengths = under_tsan ? cuda_test::serial : cuda_test::emulated;
+
+}  // namespace
+
+// Each case: float and double on the concurrent schedule; float on both serial schedules (the
+// barrier logic does not depend on the scalar type), at the shorter serial lengths.
+#define IATTN_EMULATED_CASE(title, cases)                                                    \
+  TEST_CASE(title ", concurrent", "[kernels][concurrent]") {                                 \
+    cases<float>(on(schedule::concurrent), catch_check{}, concurrent_lengths);               \
+    cases<double>(on(schedule::concurrent), catch_check{}, concurrent_lengths);              \
+  }                                                                                          \
+  TEST_CASE(title ", serial schedules", "[kernels][serial]") {                               \
+    for (schedule s : {schedule::serial_forward, schedule::serial_reverse})                  \
+      cases<float>(on(s), catch_check{}, cuda_test::serial);                                 \
+  }
+
+IATTN_EMULATED_CASE("SIMT interface", cuda_test::simt_cases)
+IATTN_EMULATED_CASE("Diagonal apply", cuda_test::diagonal_cases)
+IATTN_EMULATED_CASE("CausalConv apply", cuda_test::causal_conv_cases)
+IATTN_EMULATED_CASE("LinearRecurrence apply (chunked scan)", cuda_test::linear_recurrence_cases)
+IATTN_EMULATED_CASE("Semiseparable apply (chunked scan)", cuda_test::semiseparable_apply_cases)
+IATTN_EMULATED_CASE("Semiseparable materialize (tiles)", cuda_test::semiseparable_materialize_cases)
+IATTN_EMULATED_CASE("Product apply (Mamba-1 chain)", cuda_test::product_cases)
+
+TEST_CASE("CUDA backend: errors at the door", "[kernels][errors]") {
+  using namespace iattn;
+  using cuda_test::Mat;
+  const Index L = 9;
+  const Mat<float> x = Mat<float>::Ones(L, 3);
+  // X's shape is checked before anything runs on the device.
+  const auto D = diagonal(Mat<float>::Ones(L, 4));
+  CHECK_THROWS_WITH(apply(cuda{}, D, x), Catch::Matchers::Contains("apply(iattn::cuda, H, X): X has shape (9, 3) but expected (L=9, D=4)"));
+  // More states per channel than the scan holds: refused, naming N and the limit.
+  const Mat<float> lam = Mat<float>::Constant(L, 1, -0.1f), B = Mat<float>::Ones(L, 600);
+  const auto S = semiseparable(lam, B, B, {.heads = 1});
+  CHECK_THROWS_WITH(apply(cuda{}, S, Mat<float>::Ones(L, 1)),
+                    Catch::Matchers::Contains("N = 600 states per channel; the CUDA scan holds at most 512"));
+  // ... which materialize handles (any N).
+  const Mat<float> m = to_host(materialize(cuda{}, S, 0));
+  CHECK(std::abs(m(L - 1, 0) / (600.0f * std::exp(-0.1f * (L - 1))) - 1.0f) < 1e-5f);
+  CHECK_THROWS_WITH(materialize(cuda{}, S, 1), Catch::Matchers::Contains("channel c = 1 is out of range [0, 1)"));
+  // L = 0: empty results, no launch.
+  const auto S0 = semiseparable(Mat<float>(0, 2), Mat<float>(0, 3), Mat<float>(0, 3), {.heads = 2});
+  CHECK(apply(cuda{}, S0, Mat<float>(0, 2)).size() == 0);
+  CHECK(to_host(materialize(cuda{}, S0, 1)).size() == 0);
+}
+
+// ---- the emulator itself -------------------------------------------------------------------------
+
+namespace emulator_test {
+
+using simt::index;
+
+/// Threads 64.. return before the barrier the others wait at.
+template <class T>
+IATTN_KERNEL void early_return(T* out) {
+  const unsigned tid = simt::thread_idx().x;
+  if (tid >= 64) return;
+  simt::sync_threads();
+  out[tid] = T(1);
+}
+/// Lanes 0..15 shuffle, lanes 16..31 do not.
+template <class T>
+IATTN_KERNEL void half_warp_shuffle(T* out) {
+  const unsigned tid = simt::thread_idx().x;
+  if (simt::lane() < 16) out[tid] = simt::shfl_xor(T(tid), 1);
+}
+/// A whole-warp shuffle in a block of 40 threads: the second warp has lanes 0..7 only.
+template <class T>
+IATTN_KERNEL void partial_warp_shuffle(T* out) {
+  const unsigned tid = simt::thread_idx().x;
+  out[tid] = simt::shfl_xor(T(tid), 16);
+}
+/// 7000 doubles of static shared memory: past CUDA's 48 KiB.
+template <class T>
+IATTN_KERNEL void too_much_shared(T* out) {
+  IATTN_SHARED(T, big, [7000]);
+  big[simt::thread_idx().x] = T(1);
+  out[simt::thread_idx().x] = big[simt::thread_idx().x];
+}
+/// Reads shared memory before anything is written in this block (what block 0's thread 0 left
+/// there must not show in block 1).
+template <class T>
+IATTN_KERNEL void read_before_write(T* out) {
+  IATTN_SHARED(T, cell, [1]);
+  const T before = cell[0];
+  simt::sync_threads();
+  if (simt::thread_idx().x == 0) cell[0] = T(42);
+  simt::sync_threads();
+  if (simt::thread_idx().x == 1) {
+    out[2 * simt::block_idx().x] = before;
+    out[2 * simt::block_idx().x + 1] = cell[0];
+  }
+}
+
+std::mutex ids_mu;
+std::set<std::pair<unsigned, std::thread::id>> ids;  // (thread rank, std::thread) across blocks
+
+IATTN_KERNEL void record_threads() {
+  std::lock_guard lk(ids_mu);
+  ids.insert({simt::thread_rank(), std::this_thread::get_id()});
+}
+
+}  // namespace emulator_test
+
+TEST_CASE("emulator: a missing sync_threads is caught", "[emulator]") {
+  // neighbour_sum reads the next thread's shared-memory write. With the barrier it is right under
+  // every schedule; without it, each serial schedule runs some reader before its writer, which
+  // then reads the poison (NaN): deterministic, in every build. (Under ThreadSanitizer the
+  // concurrent schedule reports the race itself: the emulator_race_check test.)
+  using simt::index;
+  const index n = 600;
+  std::vector<float> in(n), out(n), expected(n);
+  for (index i = 0; i < n; ++i) in[std::size_t(i)] = float(i % 13);
+  for (index i = 0; i < n; ++i) {
+    const index r = i / 256 * 256 + (i % 256 + 1) % 256;
+    expected[std::size_t(i)] = in[std::size_t(i)] + (r < n ? in[std::size_t(r)] : 0.0f);
+  }
+  auto wrong = [&] {
+    index bad = 0;
+    for (index i = 0; i < n; ++i) bad += !(out[std::size_t(i)] == expected[std::size_t(i)]);
+    return bad;
+  };
+  const simt::launch_config cfg{{3}, {256}, 0};
+  for (schedule s : {schedule::concurrent, schedule::serial_forward, schedule::serial_reverse}) {
+    simt::launch("neighbour_sum", &simt_test::neighbour_sum<true, float>, cfg, {s}, in.data(), out.data(), n);
+    CHECK(wrong() == 0);
+  }
+  simt::launch("broken", &simt_test::neighbour_sum<false, float>, cfg, {schedule::serial_forward}, in.data(), out.data(), n);
+  CHECK(wrong() == 255 + 255 + 88);  // every reader but a whole block's last ran before its neighbour wrote
+  simt::launch("broken", &simt_test::neighbour_sum<false, float>, cfg, {schedule::serial_reverse}, in.data(), out.data(), n);
+  CHECK(wrong() == 2);  // the last thread of each whole block read thread 0's slot first
+}
+
+TEST_CASE("emulator: undefined behaviour of a GPU is reported", "[emulator]") {
+  std::vector<double> out(64);
+  for (schedule s : {schedule::concurrent, schedule::serial_forward, schedule::serial_reverse}) {
+    INFO("schedule " << int(s));
+    CHECK_THROWS_WITH(simt::launch("early_return", &emulator_test::early_return<double>, {{2}, {128}, 0}, {s}, out.data()),
+                      Catch::Matchers::Contains("emulated kernel early_return: 64 thread(s) wait at sync_threads "
+                                                "while 64 finished the kernel"));
+    CHECK_THROWS_WITH(simt::launch("half_warp_shuffle", &emulator_test::half_warp_shuffle<double>, {{1}, {64}, 0}, {s},
+                                   out.data()),
+                      Catch::Matchers::Contains("deadlock"));
+    CHECK_THROWS_WITH(simt::launch("partial_warp_shuffle", &emulator_test::partial_warp_shuffle<double>, {{1}, {40}, 0},
+                                   {s}, out.data()),
+                      Catch::Matchers::Contains("of warp 1, which has 8 lanes"));
+    CHECK_THROWS_WITH(simt::launch("too_much_shared", &emulator_test::too_much_shared<double>, {{1}, {32}, 0}, {s},
+                                   out.data()),
+                      Catch::Matchers::Contains("exceeds CUDA's 48 KiB"));
+  }
+  CHECK_THROWS_AS(simt::launch("too_many_threads", &emulator_test::early_return<double>, {{1}, {2048}, 0}, {}, out.data()),
+                  std::invalid_argument);
+  CHECK_THROWS_AS(simt::launch("grid_y", &emulator_test::early_return<double>, {{1, 70000}, {32}, 0}, {}, out.data()),
+                  std::invalid_argument);
+}
+
+TEST_CASE("emulator: shared memory is poisoned before every block", "[emulator]") {
+  std::vector<double> out(6);
+  simt::launch("read_before_write", &emulator_test::read_before_write<double>, {{3}, {64}, 0}, {}, out.data());
+  for (int b = 0; b < 3; ++b) {
+    CHECK(std::isnan(out[std::size_t(2 * b)]));  // not block b-1's 42
+    CHECK(out[std::size_t(2 * b + 1)] == 42.0);
+  }
+}
+
+TEST_CASE("emulator: one set of block-size threads walks all blocks", "[emulator]") {
+  emulator_test::ids.clear();
+  simt::launch("record_threads", &emulator_test::record_threads, {{5, 2}, {8, 4}, 0}, {});
+  // 32 (rank, thread) pairs over 10 blocks: each rank ran on one std::thread for every block.
+  std::set<unsigned> ranks;
+  std::set<std::thread::id> threads;
+  for (const auto& [rank, id] : emulator_test::ids) {
+    ranks.insert(rank);
+    threads.insert(id);
+  }
+  CHECK(emulator_test::ids.size() == 32);
+  CHECK(ranks.size() == 32);
+  CHECK(threads.size() == 32);
+}
+
+TEST_CASE("emulator: launches from several host threads at once", "[emulator][concurrent]") {
+  // Each host thread applies its own Semiseparable through the backend; the launches share the
+  // thread pool (each takes its own threads) and nothing else.
+  using namespace iattn;
+  using cuda_test::Mat;
+  constexpr int host_threads = 3;
+  std::vector<Mat<double>> got(host_threads), expected(host_threads);
+  std::vector<std::thread> pool;
+  for (int i = 0; i < host_threads; ++i) {
+    const auto S = cuda_test::make_semiseparable<double>(cuda_test::ss_configs[std::size_t(i)], 70 + i);
+    const Mat<double> x = cuda_test::uniform<double>(S.length(), S.channels(), -1, 1);
+    expected[std::size_t(i)] = apply(S, x);
+    pool.emplace_back([&got, S, x, i] { got[std::size_t(i)] = apply(cuda{}, S, x); });
+  }
+  for (std::thread& t : pool) t.join();
+  for (int i = 0; i < host_threads; ++i)
+    cuda_test::compare(catch_check{}, "host thread " + std::to_string(i), got[std::size_t(i)],
+                       expected[std::size_t(i)], 1e-10);
+}

@@ -1,0 +1,383 @@
+// tests/cuda/kernel_cases.hpp: the CUDA backend's test cases, one source for both executions:
+// emulated_kernels_test.cpp runs them on the host emulator (any C++ compiler, also under
+// ThreadSanitizer), gpu_kernels_test.cu on a GPU. Each case runs a kernel through the public API
+// (apply / materialize with iattn::cuda) and compares it with two independent oracles:
+//   - the CPU backend on the same expression (itself tested against plain loops);
+//   - a plain-loop oracle in double written here (the recurrences, and the dense matrix).
+// A case reports each comparison to `check(what, error, allowed)`: error = max |got - expected|,
+// allowed = tol (1 + max |expected|), tol = 1e-4 in float and 1e-10 in double.
+// Lengths hit the chunk (64 tokens), slice (32), tile (32) and block (128, 256 threads) tails.
+#pragma once
+
+#include "simt_kernels.hpp"
+
+#include <iattn/cuda.hpp>
+#include <iattn/iattn.hpp>
+
+#include <cmath>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace cuda_test {
+
+using iattn::Index;
+template <class T>
+using Mat = iattn::Matrix<T>;
+using MatD = iattn::Matrix<double>;
+
+/// The lengths a run uses: elementwise kernels, chunked scans (chunks of 64, slices of 32) and
+/// tiles (32). The emulator runs every thread of a block on its own std::thread, so its runs keep
+/// the lengths that reach each tail and a few chunks; the GPU runs add long ones.
+struct lengths {
+  std::vector<Index> elementwise, scan, tiles;
+};
+/// The emulated concurrent schedule (float and double).
+inline const lengths emulated = {{1, 7, 65, 257}, {1, 7, 64, 65, 1000}, {1, 31, 32, 33, 100}};
+/// The emulated serial schedules: one barrier at a time, so fewer tokens.
+inline const lengths serial = {{7, 65}, {7, 65, 130}, {33, 70}};
+/// A GPU.
+inline const lengths gpu = {{1, 7, 65, 257, 1000, 4097}, {1, 7, 64, 65, 257, 1000, 4097, 20000}, {1, 31, 32, 33, 100, 257, 1000}};
+
+template <class T>
+double tolerance() {
+  return std::is_same_v<T, float> ? 1e-4 : 1e-10;
+}
+
+inline std::mt19937& rng() {
+  static std::mt19937 g(2023);
+  return g;
+}
+template <class T>
+Mat<T> uniform(Index r, Index c, double lo, double hi) {
+  std::uniform_real_distribution<double> u(lo, hi);
+  Mat<T> m(r, c);
+  for (Index i = 0; i < m.size(); ++i) m.data()[i] = T(u(rng()));
+  return m;
+}
+
+/// Reports max |got - expected| against tol (1 + max |expected|).
+template <class Check, class A>
+void compare(Check&& check, const std::string& what, const A& got, const MatD& expected, double tol) {
+  if (got.rows() != expected.rows() || got.cols() != expected.cols()) {
+    check(what + ": shape (" + std::to_string(got.rows()) + ", " + std::to_string(got.cols()) + ") != (" +
+              std::to_string(expected.rows()) + ", " + std::to_string(expected.cols()) + ")",
+          std::numeric_limits<double>::infinity(), 0.0);
+    return;
+  }
+  const MatD g = got.template cast<double>();
+  const double err = g.size() ? (g - expected).cwiseAbs().maxCoeff() : 0.0;
+  const double scale = 1.0 + (expected.size() ? expected.cwiseAbs().maxCoeff() : 0.0);
+  check(what, std::isfinite(err) ? err : std::numeric_limits<double>::infinity(), tol * scale);
+}
+
+inline std::string at(const char* name, Index L) { return std::string(name) + " L=" + std::to_string(L); }
+
+// ---- the plain-loop oracles, double --------------------------------------------------------------
+
+template <class T>
+MatD loop_diagonal(const Mat<T>& d, const Mat<T>& x) {
+  MatD y(x.rows(), x.cols());
+  for (Index t = 0; t < x.rows(); ++t)
+    for (Index c = 0; c < x.cols(); ++c) y(t, c) = double(d(d.rows() == 1 ? 0 : t, c)) * double(x(t, c));
+  return y;
+}
+template <class T>
+MatD loop_conv(const Mat<T>& w, const Mat<T>& x) {  // y_t = sum_k w[k] x_{t-K+1+k}
+  const Index K = w.rows();
+  MatD y = MatD::Zero(x.rows(), x.cols());
+  for (Index t = 0; t < x.rows(); ++t)
+    for (Index c = 0; c < x.cols(); ++c)
+      for (Index k = 0; k < K; ++k)
+        if (t - K + 1 + k >= 0) y(t, c) += double(w(k, c)) * double(x(t - K + 1 + k, c));
+  return y;
+}
+template <class T>
+MatD loop_recurrence(const Mat<T>& a, const Mat<T>& b, const Mat<T>& x) {  // h = a h + b x
+  MatD y(x.rows(), x.cols());
+  for (Index c = 0; c < x.cols(); ++c) {
+    double h = 0;
+    for (Index t = 0; t < x.rows(); ++t) y(t, c) = h = double(a(t, c)) * h + double(b(t, c)) * double(x(t, c));
+  }
+  return y;
+}
+/// The selective scan, through the node's own accessors (docs/design.md section 2).
+template <class T>
+MatD loop_scan(const iattn::Semiseparable<T>& S, const Mat<T>& x) {
+  const Index L = x.rows(), D = x.cols(), N = S.state();
+  MatD y(L, D);
+  std::vector<double> s(static_cast<std::size_t>(N));
+  for (Index c = 0; c < D; ++c) {
+    const Index h = S.head_of(c), g = S.group_of_head(h);
+    std::fill(s.begin(), s.end(), 0.0);
+    for (Index t = 0; t < L; ++t) {
+      double acc = 0;
+      for (Index m = 0; m < N; ++m) {
+        const double bx = double(S.B()(t, g * N + m)) * double(x(t, c)), cm = double(S.C()(t, g * N + m));
+        double& st = s[std::size_t(m)];
+        if (S.strict()) acc += cm * (st + (S.has_bonus() ? double(S.bonus()(h, m)) : 0.0) * bx);
+        st = std::exp(double(S.log_decay(t, h, m))) * st + bx;
+        if (!S.strict()) acc += cm * st;
+      }
+      y(t, c) = acc;
+    }
+  }
+  return y;
+}
+/// Channel c's dense matrix: H[t, s] = sum_m C_t exp(sum_{k=s+1..t (strict: t-1)} lambda_k) B_s,
+/// the strict diagonal C_t bonus B_t.
+template <class T>
+MatD loop_matrix(const iattn::Semiseparable<T>& S, Index c) {
+  const Index L = S.length(), N = S.state(), h = S.head_of(c), g = S.group_of_head(h);
+  MatD M = MatD::Zero(L, L);
+  std::vector<double> sum(static_cast<std::size_t>(N));
+  for (Index s = 0; s < L; ++s) {
+    std::fill(sum.begin(), sum.end(), 0.0);
+    for (Index t = s; t < L; ++t) {
+      const Index k = S.strict() ? t - 1 : t;  // the decay sum gains token k
+      double v = 0;
+      for (Index m = 0; m < N; ++m) {
+        if (t > s && k > s) sum[std::size_t(m)] += double(S.log_decay(k, h, m));
+        const double e = (S.strict() && s == t) ? (S.has_bonus() ? double(S.bonus()(h, m)) : 0.0)
+                                                : std::exp(sum[std::size_t(m)]);
+        v += double(S.C()(t, g * N + m)) * e * double(S.B()(s, g * N + m));
+      }
+      M(t, s) = v;
+    }
+  }
+  return M;
+}
+
+// ---- the Semiseparable forms under test ----------------------------------------------------------
+
+enum class decay_form { per_state, per_head, factored };
+
+struct ss_config {
+  const char* name;
+  Index H, P, G, N;
+  decay_form decay;
+  bool strict, bonus, resets;
+};
+
+/// Mamba-1 (factored, N = 16), GLA-like per-state decays with heads of 2 channels, Mamba-2-like
+/// per-head decays with 2 groups and N = 40 (64 lanes), RWKV-like strict forms with and without a
+/// bonus, wide states (N = 200: two states per thread, 128 lanes), N = 5 with resets (lambda = -inf).
+inline const std::vector<ss_config> ss_configs = {
+    {"factored N=16", 6, 1, 1, 16, decay_form::factored, false, false, false},
+    {"per-state H=3 P=2 N=5 resets", 3, 2, 1, 5, decay_form::per_state, false, false, true},
+    {"per-head H=4 P=3 G=2 N=40", 4, 3, 2, 40, decay_form::per_head, false, false, false},
+    {"strict bonus H=2 P=2 N=7", 2, 2, 1, 7, decay_form::per_state, true, true, false},
+    {"strict no bonus factored N=3", 3, 1, 1, 3, decay_form::factored, true, false, true},
+    {"per-head N=200", 2, 1, 1, 200, decay_form::per_head, false, false, false},
+};
+
+template <class T>
+iattn::Semiseparable<T> make_semiseparable(const ss_config& k, Index L) {
+  const Index H = k.H, G = k.G, N = k.N;
+  // Decays in [-1, 0] (per token, so sums stay moderate), about a tenth of them resets.
+  auto decays = [&](Index cols) {
+    Mat<T> lam = uniform<T>(L, cols, -1.0, 0.0);
+    if (k.resets)
+      for (Index i = 0; i < lam.size(); i += 7) lam.data()[(i * 13) % lam.size()] = -std::numeric_limits<T>::infinity();
+    return lam;
+  };
+  const Mat<T> B = uniform<T>(L, G * N, -1, 1), C = uniform<T>(L, G * N, -1, 1);
+  const iattn::semiseparable_options o{.heads = H, .head_dim = k.P, .groups = G, .state = N, .strict = k.strict};
+  if (k.decay == decay_form::factored) {
+    const Mat<T> A = uniform<T>(H, N, -2.0, -0.1);
+    Mat<T> dt = uniform<T>(L, H, 0.0, 0.5);
+    if (k.resets)
+      for (Index t = 3; t < L; t += 11) dt(t, t % H) = std::numeric_limits<T>::infinity();  // dt A = -inf
+    if (k.bonus) return iattn::semiseparable(iattn::factored_decay(dt, A), B, C, uniform<T>(H, N, -1, 1), o);
+    return iattn::semiseparable(iattn::factored_decay(dt, A), B, C, o);
+  }
+  const Mat<T> lam = decays(k.decay == decay_form::per_state ? H * N : H);
+  if (k.bonus) return iattn::semiseparable(lam, B, C, uniform<T>(H, N, -1, 1), o);
+  return iattn::semiseparable(lam, B, C, o);
+}
+
+// ---- the cases -----------------------------------------------------------------------------------
+
+template <class T, class Check>
+void diagonal_cases(iattn::cuda on, Check&& check, const lengths& ls) {
+  for (Index L : ls.elementwise) {
+    const Index D = 37;
+    const Mat<T> x = uniform<T>(L, D, -1, 1);
+    for (Index rows : {L, Index(1)}) {  // per token, and constant over tokens
+      const auto H = iattn::diagonal(uniform<T>(rows, D, -2, 2));
+      const Mat<T> y = iattn::apply(on, H, x);
+      const std::string what = at(rows == 1 ? "diagonal (1, D)" : "diagonal (L, D)", L);
+      compare(check, what + " vs cpu", y, iattn::apply(H, x).template cast<double>(), tolerance<T>());
+      compare(check, what + " vs loops", y, loop_diagonal(H.d().map().eval(), x), tolerance<T>());
+    }
+  }
+}
+
+template <class T, class Check>
+void causal_conv_cases(iattn::cuda on, Check&& check, const lengths& ls) {
+  for (Index L : ls.elementwise)
+    for (Index K : {Index(1), Index(4), L + 2}) {  // K = 1, Mamba's 4, and longer than the sequence
+      const Index D = 37;
+      const Mat<T> x = uniform<T>(L, D, -1, 1), w = uniform<T>(K, D, -1, 1);
+      const auto H = iattn::causal_conv(w);
+      const Mat<T> y = iattn::apply(on, H, x);
+      const std::string what = at("causal_conv", L) + " K=" + std::to_string(K);
+      compare(check, what + " vs cpu", y, iattn::apply(H, x).template cast<double>(), tolerance<T>());
+      compare(check, what + " vs loops", y, loop_conv(w, x), tolerance<T>());
+    }
+}
+
+template <class T, class Check>
+void linear_recurrence_cases(iattn::cuda on, Check&& check, const lengths& ls) {
+  for (Index L : ls.scan)
+    for (Index D : {Index(5), Index(130)}) {  // one block of channels, and a tail past 128
+      Mat<T> a = uniform<T>(L, D, -0.2, 1.0);
+      for (Index t = 5; t < L; t += 97) a.row(t).setZero();  // resets
+      const Mat<T> b = uniform<T>(L, D, -1, 1), x = uniform<T>(L, D, -1, 1);
+      const auto H = iattn::linear_recurrence(a, b);
+      const Mat<T> y = iattn::apply(on, H, x);
+      const std::string what = at("linear_recurrence", L) + " D=" + std::to_string(D);
+      compare(check, what + " vs cpu", y, iattn::apply(H, x).template cast<double>(), tolerance<T>());
+      compare(check, what + " vs loops", y, loop_recurrence(a, b, x), tolerance<T>());
+    }
+}
+
+template <class T, class Check>
+void semiseparable_apply_cases(iattn::cuda on, Check&& check, const lengths& ls) {
+  for (const ss_config& k : ss_configs)
+    for (Index L : ls.scan) {
+      const auto S = make_semiseparable<T>(k, L);
+      const Mat<T> x = uniform<T>(L, S.channels(), -1, 1);
+      const Mat<T> y = iattn::apply(on, S, x);
+      const std::string what = at("semiseparable apply", L) + " " + k.name;
+      compare(check, what + " vs cpu", y, iattn::apply(S, x).template cast<double>(), tolerance<T>());
+      compare(check, what + " vs loops", y, loop_scan(S, x), tolerance<T>());
+    }
+}
+
+template <class T, class Check>
+void semiseparable_materialize_cases(iattn::cuda on, Check&& check, const lengths& ls) {
+  for (const ss_config& k : ss_configs)
+    for (Index L : ls.tiles) {
+      const auto S = make_semiseparable<T>(k, L);
+      {
+        const Index c = (L % 2) ? S.channels() - 1 : 0;  // the last head, or the first
+        const Mat<T> m = iattn::to_host(iattn::materialize(on, S, c));
+        const std::string what = at("semiseparable materialize", L) + " " + k.name + " c=" + std::to_string(c);
+        compare(check, what + " vs cpu", m, iattn::materialize(S, c).template cast<double>(), tolerance<T>());
+        compare(check, what + " vs loops", m, loop_matrix(S, c), tolerance<T>());
+      }
+    }
+}
+
+/// Mamba-1's chain diag(silu z) * S(dt (x) A, B, C) * diag(dt) * conv(w), and the device-buffer
+/// overload (to_device, apply on device matrices, to_host).
+template <class T, class Check>
+void product_cases(iattn::cuda on, Check&& check, const lengths& ls) {
+  for (Index L : ls.scan) {
+    const Index D = 6, N = 16, K = 4;
+    const Mat<T> dt = uniform<T>(L, D, 0.0, 0.5), A = uniform<T>(D, N, -2.0, -0.1);
+    const auto S = iattn::semiseparable(iattn::factored_decay(dt, A), uniform<T>(L, N, -1, 1), uniform<T>(L, N, -1, 1),
+                                        {.heads = D});
+    const auto H = iattn::diagonal(uniform<T>(L, D, -1, 1)) * S * iattn::diagonal(dt) *
+                   iattn::causal_conv(uniform<T>(K, D, -1, 1));
+    const Mat<T> x = uniform<T>(L, D, -1, 1);
+    const iattn::device_matrix<T> xd = iattn::to_device(x, on);
+    const Mat<T> y = iattn::to_host(iattn::apply(on, H, xd));
+    compare(check, at("product diag*S*diag*conv", L) + " vs cpu", y, iattn::apply(H, x).template cast<double>(),
+            tolerance<T>());
+  }
+}
+
+/// The SIMT interface itself: barriers and static shared memory (neighbour_sum), 2-D indices,
+/// dynamic shared memory and block_sum, shuffles and warp sums, against host loops.
+template <class T, class Check>
+void simt_cases(iattn::cuda on, Check&& check, const lengths&) {
+  using iattn::cuda_detail::device_buffer;
+  const iattn::simt::stream s = on.stream;
+  {  // neighbour sums over 3 blocks and a partial one
+    const Index n = 700;
+    const Mat<T> in = uniform<T>(1, n, -1, 1);
+    const device_buffer<T> din(in.data(), n, s);
+    device_buffer<T> dout(n, s);
+    iattn::simt::launch("neighbour_sum", &simt_test::neighbour_sum<true, T>, {{3}, {256}, 0}, s, din.data(), dout.data(), n);
+    Mat<T> out(1, n);
+    dout.download(out.data());
+    MatD expected(1, n);
+    for (Index i = 0; i < n; ++i) {
+      const Index r = i / 256 * 256 + (i % 256 + 1) % 256;
+      expected(0, i) = double(in(0, i)) + (r < n ? double(in(0, r)) : 0.0);
+    }
+    compare(check, "simt neighbour_sum (barrier, static shared)", out, expected, tolerance<T>());
+  }
+  {  // 2-D blocks (32, 3) on a (2, 3) grid: indices, dynamic shared memory, block sums
+    const iattn::simt::dims grid{2, 3}, block{32, 3};
+    const Index per = 96, blocks = 6, n = per * blocks;
+    const Mat<T> in = uniform<T>(1, n, -1, 1);
+    const device_buffer<T> din(in.data(), n, s);
+    device_buffer<T> dout(n, s), dsums(blocks, s);
+    iattn::simt::launch("indices_and_block_sum", &simt_test::indices_and_block_sum<T>, {grid, block, 3 * sizeof(T)}, s,
+                        din.data(), dout.data(), dsums.data());
+    Mat<T> out(1, n), sums(1, blocks);
+    dout.download(out.data());
+    dsums.download(sums.data());
+    MatD eo(1, n), es = MatD::Zero(1, blocks);
+    for (Index b = 0; b < blocks; ++b)
+      for (Index r = 0; r < per; ++r) {
+        eo(0, b * per + r) = double(r % 32 + 10 * (r / 32) + 100 * (b % 2) + 1000 * (b / 2));
+        es(0, b) += double(in(0, b * per + r));
+      }
+    compare(check, "simt 2-D indices", out, eo, 0.0);
+    compare(check, "simt block_sum (dynamic shared)", sums, es, tolerance<T>());
+  }
+  {  // the grid-stride loop of the elementwise kernels: 2 blocks for 65 x 37 entries
+    const Index L = 65, D = 37;
+    const Mat<T> d = uniform<T>(L, D, -1, 1), x = uniform<T>(L, D, -1, 1);
+    const device_buffer<T> dd(d.data(), L * D, s), dx(x.data(), L * D, s);
+    device_buffer<T> dy(L * D, s);
+    iattn::simt::launch("diagonal_apply", &iattn::cuda_detail::diagonal_apply<T>,
+                        {{2}, {iattn::cuda_detail::elementwise_threads}, 0}, s,
+                        iattn::cuda_detail::diagonal_args<T>{dd.data(), L, dx.data(), dy.data(), L, D});
+    Mat<T> y(L, D);
+    dy.download(y.data());
+    compare(check, "simt grid-stride loop (diagonal_apply, 2 blocks)", y, loop_diagonal(d, x), tolerance<T>());
+  }
+  // shuffles over 2 warps: xor masks and down deltas at widths 32, 8 and 4
+  for (const auto& [mask, delta, width] : {std::tuple{1, 1u, 32}, std::tuple{17, 5u, 32}, std::tuple{5, 3u, 8}, std::tuple{3, 2u, 4}}) {
+    const Index n = 64;
+    const Mat<T> in = uniform<T>(1, n, -1, 1);
+    const device_buffer<T> din(in.data(), n, s);
+    device_buffer<T> dout(3 * n, s);
+    iattn::simt::launch("shuffles", &simt_test::shuffles<T>, {{2}, {32}, 0}, s, din.data(), dout.data(), mask, delta, width);
+    Mat<T> out(1, 3 * n);
+    dout.download(out.data());
+    MatD expected(1, 3 * n);
+    for (Index i = 0; i < n; ++i) {
+      const Index lane = i % 32, seg = lane / width * width, base = i - lane;
+      const Index x = lane ^ mask, d = lane % width + delta;
+      expected(0, 3 * i) = double(in(0, x >= seg + width ? i : base + x));
+      expected(0, 3 * i + 1) = double(in(0, d >= width ? i : i + delta));
+      double sum = 0;
+      for (Index l = seg; l < seg + width; ++l) sum += double(in(0, base + l));
+      expected(0, 3 * i + 2) = sum;
+    }
+    compare(check, "simt shuffles mask=" + std::to_string(mask) + " delta=" + std::to_string(delta) +
+                       " width=" + std::to_string(width),
+            out, expected, tolerance<T>());
+  }
+}
+
+/// Every case above, for one scalar type.
+template <class T, class Check>
+void all_cases(iattn::cuda on, Check&& check, const lengths& ls) {
+  simt_cases<T>(on, check, ls);
+  diagonal_cases<T>(on, check, ls);
+  causal_conv_cases<T>(on, check, ls);
+  linear_recurrence_cases<T>(on, check, ls);
+  semiseparable_apply_cases<T>(on, check, ls);
+  semiseparable_materialize_cases<T>(on, check, ls);
+  product_cases<T>(on, check, ls);
+}
+
+}  // namespace cuda_test
