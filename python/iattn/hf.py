@@ -22,7 +22,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from . import Weights, models
+from . import Decomposition, Weights, models
+from . import _iattn as _ops
 from . import explain as _explain
 
 __all__ = ["Explanation", "LayerMap", "explain", "supported_model_types"]
@@ -97,6 +98,8 @@ def _mamba2_weights(mixer) -> Weights:
     G = mixer.n_groups
     N = mixer.ssm_state_size
     conv_dim = di + 2 * G * N
+    if not hasattr(mixer.norm, "weight"):
+        raise ValueError("iattn.hf: the mamba2 mixer has no gated RMS norm; not supported")
     w = {
         "in_proj_weight": _np(mixer.in_proj.weight),
         "conv1d_weight": _np(mixer.conv1d.weight).reshape(conv_dim, K),
@@ -107,8 +110,6 @@ def _mamba2_weights(mixer) -> Weights:
         "norm_weight": _row(mixer.norm.weight),
         "out_proj_weight": _np(mixer.out_proj.weight),
     }
-    if not hasattr(mixer.norm, "weight"):
-        raise ValueError("iattn.hf: the mamba2 mixer has no gated RMS norm (falcon_h1's mamba_rms_norm=False); not supported")
     eps = float(getattr(mixer.norm, "variance_epsilon", getattr(mixer, "layer_norm_epsilon", 1e-5)))
     return Weights(w, dict(d_model=dm, d_state=N, d_conv=K, expand=di // dm, headdim=di // H, ngroups=G, eps=eps,
                            dt_min=_dt_floor(mixer)))
@@ -218,6 +219,152 @@ def _qwen3_next_weights(m) -> Weights:
                            rms_norm_eps=float(m.layer_norm_epsilon)))
 
 
+def _kimi_linear_weights(m) -> Weights:
+    """Kimi Delta Attention (transformers `KimiLinearDeltaAttention`) onto iattn.models.kimi_linear's weights."""
+    if m.conv1d.bias is not None:
+        raise ValueError("iattn.hf: the kimi_linear mixer's conv1d has a bias; not supported")
+    if m.activation not in ("silu", "swish"):
+        raise ValueError(f"iattn.hf: the kimi_linear mixer's activation is {m.activation!r}; only silu is supported")
+    K = m.conv1d.weight.shape[-1]
+    dtype = _np(m.q_proj.weight).dtype  # dt_bias is kept in float32 by transformers (_keep_in_fp32_modules_strict)
+    fg = m.forget_gate
+    w = {
+        "q_proj_weight": _np(m.q_proj.weight), "k_proj_weight": _np(m.k_proj.weight), "v_proj_weight": _np(m.v_proj.weight),
+        "conv1d_weight": _np(m.conv1d.weight).reshape(m.conv_dim, K),
+        "forget_gate_f_a_proj_weight": _np(fg.f_a_proj.weight), "forget_gate_f_b_proj_weight": _np(fg.f_b_proj.weight),
+        "forget_gate_dt_bias": _row(fg.dt_bias), "forget_gate_A_log": _np(fg.A_log).reshape(1, -1),
+        "b_proj_weight": _np(m.b_proj.weight), "g_a_proj_weight": _np(m.g_a_proj.weight), "g_b_proj_weight": _np(m.g_b_proj.weight),
+        "o_norm_weight": _row(m.o_norm.weight), "o_proj_weight": _np(m.o_proj.weight),
+    }
+    w = {k: np.ascontiguousarray(v, dtype=dtype) for k, v in w.items()}
+    return Weights(w, dict(hidden_size=m.hidden_size, linear_num_heads=m.num_heads, linear_head_dim=m.head_dim,
+                           linear_conv_kernel_dim=K, rms_norm_eps=float(m.o_norm.variance_epsilon)))
+
+
+def _sigmoid(v):
+    return 1.0 / (1.0 + np.exp(-v))
+
+
+def _silu(v):
+    return v * _sigmoid(v)
+
+
+def _decompose_falcon_h1_mamba(module, u):
+    """Falcon-H1's Mamba-2 mixer: the activations computed with the module's own layers (ssm_in_multiplier on the
+    input and mup_vector on in_proj's output, as the module applies them), then
+      mamba_rms_norm=True, norm_before_gate=False: iattn.models.mamba2.attention(acts) (the same mixer);
+      mamba_rms_norm=False: H = diag(SiLU z) (S diag(dt) + diag(D)) diag(sigmoid p) M (no norm);
+      mamba_rms_norm=True, norm_before_gate=True: H = diag(SiLU z) N (S diag(dt) + diag(D)) diag(sigmoid p) M, N the
+      gated RMS norm's per-token scale bound to its input (the scan output), as Mamba-2's norm is bound;
+    beta likewise from the conv bias. An out_proj bias (projectors_bias) is the decomposition's out_bias."""
+    import torch
+    import torch.nn.functional as F
+
+    _no_bias(module, ["in_proj"], "falcon_h1 mamba mixer")
+    if module.activation not in ("silu", "swish"):
+        raise ValueError(f"iattn.hf: the falcon_h1 mamba mixer's activation is {module.activation!r}; only silu is supported")
+    lo = _dt_floor(module)
+    H, P, G, N = module.num_heads, module.head_dim, module.n_groups, module.ssm_state_size
+    di, K, cd = module.intermediate_size, module.conv_kernel_size, module.conv_dim
+    rms = bool(module.mamba_rms_norm)
+    before = rms and bool(getattr(module.norm, "norm_before_gate", False))
+    out_w = _np(module.out_proj.weight)
+    out_b = _row(module.out_proj.bias) if module.out_proj.bias is not None else None
+    out = []
+    with torch.no_grad():
+        for ub in u:
+            h = torch.from_numpy(np.ascontiguousarray(ub)).unsqueeze(0) * module.ssm_in_multiplier
+            proj = (module.in_proj(h) * module.mup_vector)[0]
+            L = proj.shape[0]
+            z, xBC, dt_in = torch.split(proj, [di, cd, H], dim=-1)
+            p = F.conv1d(xBC.T.unsqueeze(0), module.conv1d.weight, module.conv1d.bias, padding=K - 1, groups=cd)[0, :, :L].T
+            act = F.silu(p)
+            dt = torch.clamp(F.softplus(dt_in + module.dt_bias), min=lo)
+            x, z, dt, p, act = (np.ascontiguousarray(_np(t)) for t in (xBC[:, :di], z, dt, p, act))
+            B, C = np.ascontiguousarray(act[:, di:di + G * N]), np.ascontiguousarray(act[:, di + G * N:])
+            A = -np.exp(_np(module.A_log))
+            conv_w = _np(module.conv1d.weight).reshape(cd, K)
+            conv_b = _np(module.conv1d.bias).reshape(1, cd) if module.conv1d.bias is not None else None
+            if rms and not before:
+                acts = {"x": x, "z": z, "dt": dt, "A": A.reshape(1, H), "B": B, "C": C, "D": _row(module.D),
+                        "conv1d_weight": conv_w, "norm_weight": _row(module.norm.weight), "out_proj_weight": out_w,
+                        "ngroups": G, "eps": float(module.norm.variance_epsilon)}
+                if conv_b is not None:
+                    acts["conv1d_bias"] = conv_b
+                d = models.mamba2.attention({k: (np.ascontiguousarray(v) if isinstance(v, np.ndarray) else v) for k, v in acts.items()})
+                out.append(d if out_b is None else Decomposition(d.H, d.x, d.beta, out_w, out_b))
+                continue
+            # the scan S (per-head decay dt A, B/C groups), its dt and D skip per channel, the conv and its SiLU slope
+            S = _ops.semiseparable(np.ascontiguousarray(dt * A[None, :]), B, C, heads=H, head_dim=P, groups=G)
+            core = S * _ops.diagonal(np.repeat(dt, P, axis=1)) + _ops.diagonal(np.repeat(_np(module.D), P)[None, :].copy())
+            sig = _sigmoid(p[:, :di])
+            body = core * _ops.diagonal(np.ascontiguousarray(sig)) * _ops.causal_conv(np.ascontiguousarray(conv_w[:di].T))
+            beta_pre = core.apply(np.ascontiguousarray(sig * conv_b[:, :di])) if conv_b is not None else np.zeros_like(x)
+            if before:  # N bound to the statistics of its input y = body x + beta_pre (grouped RMS), then the gate
+                y = body.apply(x) + beta_pre
+                var = (y.reshape(L, G, di // G) ** 2).mean(axis=-1, keepdims=True)
+                r = np.broadcast_to(1.0 / np.sqrt(var + float(module.norm.variance_epsilon)), (L, G, di // G)).reshape(L, di)
+                scale = _silu(z) * _np(module.norm.weight)[None, :] * r
+            else:
+                scale = _silu(z)
+            Hop = _ops.diagonal(np.ascontiguousarray(scale)) * body
+            out.append(Decomposition(Hop, x, np.ascontiguousarray(scale * beta_pre), out_w, out_b))
+    return out
+
+
+def _decompose_xlstm(layer, u):
+    """transformers' xLSTM mLSTM layer (xLSTM-7B, `xLSTMLayer`): q, k, v, the output gate and the soft-capped gate
+    pre-activations computed with the module's own layers; then, per head (NH heads; q, k of width dqk, v of dv):
+      S[t, s] = q_t . k_s / sqrt(dqk) exp(F_t - F_s + i_s - i_max),  F the cumulative logsigmoid(f)   (semiseparable)
+      rho_t   = e_t / (max(e_t |sum_s S[t, s]|, exp(-m_t)) + eps),  e_t = exp(i_max - m_t)
+      H       = diag(sigmoid(o) w / sigma_t) diag(rho) S,  beta = sigmoid(o) (b - mu_t w / sigma_t)
+    with m_t the kernel's stabiliser (m_t = max(logsigmoid(f_t) + m_{t-1}, i_t), m_{-1} = 0, as its native kernels
+    start from a zero state), the multi-head layer norm's mean mu_t and deviation sigma_t bound to the forward pass,
+    and x = v. rho is the normaliser max(|q.n|, exp(-m)) fixed at its forward-pass value per token and head."""
+    import torch
+
+    cfg = layer.config
+    NH = cfg.num_heads
+    cap = cfg.gate_soft_cap
+    soft = (lambda t: t) if cap is None else (lambda t: cap * torch.tanh(t / cap))
+    eps = float(layer.mlstm_backend.config.eps)
+    norm = layer.multihead_norm
+    out_w = _np(layer.out_proj.weight)
+    out_b = _row(layer.out_proj.bias) if layer.out_proj.bias is not None else None
+    out = []
+    with torch.no_grad():
+        for ub in u:
+            x_in = torch.from_numpy(np.ascontiguousarray(ub)).unsqueeze(0)
+            q, k, v, o = layer.q(x_in), layer.k(x_in), layer.v(x_in), layer.ogate_preact(x_in)
+            i, f = soft(layer.igate_preact(x_in)), soft(layer.fgate_preact(x_in))
+            q, k, v, o, i, f = (np.ascontiguousarray(_np(t[0])) for t in (q, k, v, o, i, f))
+            L = v.shape[0]
+            dqk, dv = q.shape[1] // NH, v.shape[1] // NH
+            lf = -np.logaddexp(0.0, -f)  # logsigmoid
+            m = np.empty_like(i)
+            prev = np.zeros(NH, i.dtype)
+            for t in range(L):
+                m[t] = prev = np.maximum(lf[t] + prev, i[t])
+            imax = i.max(axis=0, keepdims=True)
+            Bk = k * np.repeat(np.exp(i - imax), dqk, axis=1) * float(dqk) ** -0.5
+            S = _ops.semiseparable(np.ascontiguousarray(lf), np.ascontiguousarray(Bk), q, heads=NH, head_dim=dv, groups=NH)
+            r = S.apply(np.ones_like(v))
+            e = np.repeat(np.exp(imax - m), dv, axis=1)
+            rho = e / (np.maximum(e * np.abs(r), np.repeat(np.exp(-m), dv, axis=1)) + eps)
+            cell = _ops.diagonal(np.ascontiguousarray(rho)) * S
+            h = cell.apply(v).reshape(L, NH, dv)
+            mu = h.mean(axis=-1, keepdims=True)
+            inv = 1.0 / np.sqrt(h.var(axis=-1, keepdims=True) + float(norm.eps))
+            w = _np(norm.weight) if norm.weight is not None else np.ones(NH * dv, v.dtype)
+            b = _np(norm.bias) if norm.bias is not None else np.zeros(NH * dv, v.dtype)
+            scale = np.broadcast_to(inv, (L, NH, dv)).reshape(L, NH * dv) * w[None, :]
+            offset = b[None, :] - np.broadcast_to(mu * inv, (L, NH, dv)).reshape(L, NH * dv) * w[None, :]
+            gate = _sigmoid(o)
+            Hop = _ops.diagonal(np.ascontiguousarray(gate * scale)) * cell
+            out.append(Decomposition(Hop, v, np.ascontiguousarray(gate * offset), out_w, out_b))
+    return out
+
+
 @dataclass
 class _Mixer:
     """One hooked layer: its index, its kind and how to decompose it from the captured input."""
@@ -226,13 +373,16 @@ class _Mixer:
     module: Any
     decompose: Callable[[Any, np.ndarray], list] | None = None  # (module, u (batch, L, d)) -> per batch element
     output_of: Callable[[Any], Any] = _first  # the hook's output -> the mixer's output tensor
+    parallel: bool = False         # a branch that runs beside the layer's other branches on the same input (falcon_h1)
+    output_scale: float = 1.0      # the multiplier on this branch's output where it joins the residual stream
+    rebuild: Callable[[Any, Any, Any], Any] | None = None  # attention: (module, u, probs) -> output, for the check
 
 
 _MAMBA = _decompose_by_weights("mamba", _mamba_weights)
 
 
-def _attention(i, module):
-    return _Mixer(i, "attention", module)
+def _attention(i, module, **kw):
+    return _Mixer(i, "attention", module, **kw)
 
 
 def _layers_mamba(model):
@@ -321,6 +471,39 @@ def _layers_qwen3_next(model):
     return out
 
 
+def _layers_falcon_h1(model):
+    """Every decoder layer runs its Mamba-2 mixer and its softmax attention in parallel on the same normed input and
+    adds mamba * ssm_out_multiplier + attention * attention_out_multiplier: two entries per layer index, marked
+    parallel, each with its multiplier (Explanation.layer_maps combines them into one map per layer)."""
+    base = getattr(model, "model", model)
+    out = []
+    for i, layer in enumerate(base.layers):
+        out.append(_Mixer(i, "mamba2", layer.mamba, _decompose_falcon_h1_mamba, parallel=True,
+                          output_scale=float(layer.ssm_out_multiplier)))
+        out.append(_attention(i, layer.self_attn, parallel=True, output_scale=float(layer.attn_out_multiplier)))
+    return out
+
+
+def _layers_xlstm(model):
+    base = getattr(model, "backbone", model)
+    mode = getattr(model.config, "weight_mode", "single")
+    if mode != "single":  # the fused layout: transformers 5.24 cannot initialise it, so it could not be tested
+        raise ValueError(f"iattn.hf: xlstm weight_mode {mode!r} is not supported; supported: single")
+    return [_Mixer(i, "mlstm", block.mlstm_layer, _decompose_xlstm) for i, block in enumerate(base.blocks)]
+
+
+def _layers_kimi_linear(model):
+    base = getattr(model, "model", model)
+    out = []
+    for i, layer in enumerate(base.layers):
+        attn = layer.self_attn
+        if hasattr(attn, "forget_gate"):  # Kimi Delta Attention
+            out.append(_Mixer(i, "kimi_linear", attn, _decompose_by_weights("kimi_linear", _kimi_linear_weights)))
+        else:  # MLA softmax attention
+            out.append(_attention(i, attn))
+    return out
+
+
 _ADAPTERS: dict[str, Callable[[Any], list]] = {
     "mamba": _layers_mamba,
     "falcon_mamba": _layers_falcon_mamba,
@@ -333,6 +516,9 @@ _ADAPTERS: dict[str, Callable[[Any], list]] = {
     "rwkv": _layers_rwkv,
     "recurrent_gemma": _layers_recurrent_gemma,
     "qwen3_next": _layers_qwen3_next,
+    "falcon_h1": _layers_falcon_h1,
+    "xlstm": _layers_xlstm,
+    "kimi_linear": _layers_kimi_linear,
 }
 
 
@@ -347,10 +533,14 @@ def supported_model_types() -> list[str]:
 class LayerMap:
     """One layer of an Explanation.
 
-    kind: the mixer kind ("mamba", "mamba2", "rwkv4", "griffin") or "attention" (softmax, exact).
+    kind: the mixer kind (an iattn.models name: "mamba", "mamba2", "rwkv4", "griffin", "qwen3_next", "kimi_linear",
+    "mlstm" (xLSTM), ...) or "attention" (softmax, exact).
     decompositions: per batch element, the iattn.Decomposition (None for attention layers).
     attention: (batch, heads, L, L) softmax probabilities of an attention layer (None otherwise).
     mixer_input, mixer_output: what the hooks captured, (batch, L, d_model) numpy arrays.
+    parallel: True for a branch of a layer whose branches run side by side on the same input (falcon_h1: its
+    Mamba-2 mixer and its attention); output_scale: the multiplier on the branch's output where it joins the
+    residual stream (falcon_h1's ssm_out_multiplier / attention_out_multiplier; 1 elsewhere).
     """
     index: int
     kind: str
@@ -378,6 +568,8 @@ class LayerMap:
         return self._maps[key]
 
     reconstruction: np.ndarray | None = None
+    parallel: bool = False
+    output_scale: float = 1.0
     _maps: dict = field(default_factory=dict, repr=False)
 
     def relative_error(self) -> float:
@@ -403,9 +595,44 @@ class Explanation:
         """Per layer (batch, heads, L, L), the layout bertviz's head_view takes (as torch tensors there)."""
         return [layer.maps(abs=abs, heads=heads) for layer in self.layers]
 
+    def _stages(self) -> list[list[LayerMap]]:
+        """The entries grouped into the stack's sequential stages: consecutive parallel branches of one layer index
+        form one stage (falcon_h1), every other entry is a stage of its own (zamba2's shared attention and its
+        Mamba-2 mixer run one after the other, so they stay two stages)."""
+        stages: list[list[LayerMap]] = []
+        for layer in self.layers:
+            prev = stages[-1][-1] if stages else None
+            if layer.parallel and prev is not None and prev.parallel and prev.index == layer.index:
+                stages[-1].append(layer)
+            else:
+                stages.append([layer])
+        return stages
+
+    @staticmethod
+    def _branch_weights(stage: list[LayerMap], batch: int) -> np.ndarray:
+        """Each parallel branch's share of what the layer adds to the residual stream: |output_scale| times the
+        Frobenius norm of the hooked branch output for this batch element, normalised to sum to 1."""
+        w = np.array([abs(b.output_scale) * float(np.linalg.norm(b.mixer_output[batch])) for b in stage])
+        return w / w.sum() if w.sum() > 0 else np.full(len(stage), 1.0 / len(stage))
+
     def layer_maps(self, batch: int = 0) -> list[np.ndarray]:
-        """Per layer one (L, L) map for batch element `batch`: the mean over heads of the |H| maps."""
-        return [layer.maps(abs=True)[batch].mean(axis=0) for layer in self.layers]
+        """Per stage of the stack one (L, L) map for batch element `batch`: the mean over heads of the |H| maps (the
+        probabilities of an attention layer). A layer of parallel branches (falcon_h1) gives one map: each branch's
+        map with its rows normalised to sum 1, weighted by the branch's share of the layer's output
+        (|output_scale| ||branch output||, see docs/python.md)."""
+        out = []
+        for stage in self._stages():
+            maps = [layer.maps(abs=True)[batch].mean(axis=0) for layer in stage]
+            if len(stage) == 1:
+                out.append(maps[0])
+                continue
+            w = self._branch_weights(stage, batch)
+            combined = np.zeros_like(maps[0])
+            for wk, mk in zip(w, maps):
+                rows = mk.sum(axis=1, keepdims=True)
+                combined += wk * np.divide(mk, rows, out=np.zeros_like(mk), where=rows != 0)
+            out.append(combined)
+        return out
 
     def rollout(self, batch: int = 0, *, start_layer: int = 0) -> np.ndarray:
         """Attention rollout over the whole stack, (L, L): row q is token q's relevance over the tokens."""
@@ -420,15 +647,22 @@ class Explanation:
         gradient of its frozen decomposition at `query` projected on `target` (d_model,) (default: the
         mixer's own output at the query, i.e. the direction the layer writes). Attention layers score 1."""
         maps, scores = self.layer_maps(batch), []
-        for layer, m in zip(self.layers, maps):
+        for stage, m in zip(self._stages(), maps):
             L = m.shape[0]
             q = query % L
-            if layer.decompositions is None:
-                scores.append(np.ones((1, L), m.dtype))
-                continue
-            d = layer.decompositions[batch]
-            t = layer.mixer_output[batch, q] if target is None else np.asarray(target, m.dtype)
-            scores.append(_explain.gradient_scores(_explain.frozen_gradient(d, q, np.ascontiguousarray(t, dtype=m.dtype))))
+            per_branch = []
+            for layer in stage:
+                if layer.decompositions is None:
+                    per_branch.append(np.ones((1, L), m.dtype))
+                    continue
+                d = layer.decompositions[batch]
+                t = layer.mixer_output[batch, q] if target is None else np.asarray(target, m.dtype)
+                per_branch.append(_explain.gradient_scores(_explain.frozen_gradient(d, q, np.ascontiguousarray(t, dtype=m.dtype))))
+            if len(stage) == 1:
+                scores.append(per_branch[0])
+            else:  # parallel branches: their scores weighted as their maps are
+                w = self._branch_weights(stage, batch)
+                scores.append(np.ascontiguousarray(sum(wk * sk for wk, sk in zip(w, per_branch)), dtype=m.dtype))
         return _explain.mamba_attribution(maps, scores, start_layer=start_layer)
 
     def max_relative_error(self) -> float:
@@ -475,6 +709,8 @@ def _attention_output(module, u, probs):
     has v_proj and o_proj (grouped key/value heads repeated): the check that the maps are the layer's own."""
     import torch
 
+    if hasattr(module, "kv_b_proj") and hasattr(module, "o_proj"):
+        return _mla_attention_output(module, u, probs)
     if not (hasattr(module, "v_proj") and hasattr(module, "o_proj")):
         return None
     cfg = getattr(module, "config", None)
@@ -492,6 +728,23 @@ def _attention_output(module, u, probs):
         if q is not None and q.out_features == 2 * heads * hd:  # qwen3_next: an output gate from q_proj's second half
             gate = q(u).view(B, L, heads, 2 * hd)[..., hd:].reshape(B, L, heads * hd)
             y = y * torch.sigmoid(gate)
+        return _np(module.o_proj(y))
+
+
+def _mla_attention_output(module, u, probs):
+    """o_proj(A v) for multi-head latent attention (kimi_linear's MLA layers): v from the module's own layers,
+    kv_b_proj(kv_a_layernorm(kv_a_proj_with_mqa(u)'s latent part)), each head's value part."""
+    import torch
+
+    with torch.no_grad():
+        B, L, _ = u.shape
+        latent = module.kv_a_proj_with_mqa(u)[..., : module.kv_lora_rank]
+        kv = module.kv_b_proj(module.kv_a_layernorm(latent))
+        kv = kv.view(B, L, -1, module.qk_nope_head_dim + module.v_head_dim).transpose(1, 2)
+        v = kv[..., module.qk_nope_head_dim:]
+        heads = probs.shape[1]
+        v = v.repeat_interleave(heads // v.shape[1], dim=1)
+        y = torch.matmul(probs.to(v.dtype), v).transpose(1, 2).reshape(B, L, heads * module.v_head_dim)
         return _np(module.o_proj(y))
 
 
@@ -566,8 +819,9 @@ def explain(model, input_ids=None, *, inputs_embeds=None, progress: bool | None 
             if not isinstance(out, (tuple, list)) or len(out) < 2 or out[1] is None:
                 raise RuntimeError(f"iattn.hf.explain: layer {m.index}'s attention returned no probabilities under eager attention")
             probs = _np(out[1]).astype(dtype)
-            layer = LayerMap(m.index, "attention", None, probs, _np(u), _np(_first(out)))
-            layer.reconstruction = _attention_output(m.module, u, out[1])
+            layer = LayerMap(m.index, "attention", None, probs, _np(u), _np(_first(out)), parallel=m.parallel,
+                             output_scale=m.output_scale)
+            layer.reconstruction = (m.rebuild or _attention_output)(m.module, u, out[1])
             ex.layers.append(layer)
             bar.step()
             continue
@@ -577,6 +831,6 @@ def explain(model, input_ids=None, *, inputs_embeds=None, progress: bool | None 
             if pos is not None and not np.array_equal(_np(pos), np.broadcast_to(np.arange(u_np.shape[1]), _np(pos).shape)):
                 raise ValueError("iattn.hf.explain: position_ids other than 0..L-1 are not supported for recurrent_gemma")
         decs = m.decompose(m.module, u_np)
-        ex.layers.append(LayerMap(m.index, m.kind, decs, None, u_np, y_np))
+        ex.layers.append(LayerMap(m.index, m.kind, decs, None, u_np, y_np, parallel=m.parallel, output_scale=m.output_scale))
         bar.step()
     return ex

@@ -108,39 +108,60 @@ dtype weights_dtype(nb::handle mapping, const char* where) {
   throw std::invalid_argument(std::string(where) + ": weights has none of the model's fields");
 }
 
+/// The model's activations<T> from a dict: every key a field (an unknown one is a ValueError listing them),
+/// absent arrays empty.
+template <class Spec, class T>
+typename Spec::template activations<T> acts_from(const nb::dict& acts, const std::string& where) {
+  typename Spec::template activations<T> a{};
+  const auto fields = Spec::template activation_fields<T>();
+  const auto scalars = Spec::template activation_scalars<T>();
+  std::string names;
+  for (const auto& fl : fields) names += (names.empty() ? "" : ", ") + std::string(fl.name);
+  std::apply([&](const auto&... fl) { ((names += std::string(", ") + fl.name), ...); }, scalars);
+  for (auto [k, v] : acts) {
+    const std::string key = nb::cast<std::string>(k);
+    bool known = false;
+    for (const auto& fl : fields)
+      if (key == fl.name) {
+        a.*(fl.member) = to_matrix<T>(nb::cast<array_in>(v), where, "acts['" + key + "']", true);
+        known = true;
+      }
+    std::apply([&](const auto&... fl) {
+      ((key == fl.name ? (a.*(fl.member) = nb::cast<std::remove_cvref_t<decltype(a.*(fl.member))>>(v), known = true) : false), ...);
+    }, scalars);
+    if (!known) throw std::invalid_argument(where + ": acts has an unknown field '" + key + "' (the fields are " + names + ")");
+  }
+  return a;
+}
+
+/// The scalar type of an activations dict: that of its first array field, or a ValueError.
+template <class Spec>
+dtype acts_dtype(const nb::dict& acts, const std::string& where) {
+  const auto fields = Spec::template activation_fields<double>();
+  for (const auto& fl : fields)
+    if (acts.contains(fl.name)) return dtype_of(nb::cast<array_in>(acts[fl.name]), where, std::string("acts['") + fl.name + "']");
+  throw std::invalid_argument(where + ": acts has none of the activation fields");
+}
+
+/// The activations as a dict named as the C++ struct's fields (arrays and scalars).
+template <class Spec, class T>
+nb::dict acts_to_dict(const typename Spec::template activations<T>& a) {
+  nb::dict out;
+  for (const auto& f : Spec::template activation_fields<T>()) out[f.name] = to_numpy<T>(Matrix<T>(a.*(f.member)));
+  std::apply([&](const auto&... f) { ((out[f.name] = a.*(f.member)), ...); }, Spec::template activation_scalars<T>());
+  return out;
+}
+
 /// f(acts) with acts the model's activations<T> read from a dict (T from its arrays), the GIL released
 /// while f runs: every key a field (an unknown one is a ValueError listing them), absent arrays empty.
 template <class Spec, class F>
 auto with_acts(const nb::dict& acts, const std::string& where, F&& f) {
-  auto run = [&](auto tag) {
+  return on_scalar(acts_dtype<Spec>(acts, where), [&](auto tag) {
     using T = decltype(tag);
-    typename Spec::template activations<T> a{};
-    const auto fields = Spec::template activation_fields<T>();
-    const auto scalars = Spec::template activation_scalars<T>();
-    std::string names;
-    for (const auto& fl : fields) names += (names.empty() ? "" : ", ") + std::string(fl.name);
-    std::apply([&](const auto&... fl) { ((names += std::string(", ") + fl.name), ...); }, scalars);
-    for (auto [k, v] : acts) {
-      const std::string key = nb::cast<std::string>(k);
-      bool known = false;
-      for (const auto& fl : fields)
-        if (key == fl.name) {
-          a.*(fl.member) = to_matrix<T>(nb::cast<array_in>(v), where, "acts['" + key + "']", true);
-          known = true;
-        }
-      std::apply([&](const auto&... fl) {
-        ((key == fl.name ? (a.*(fl.member) = nb::cast<std::remove_cvref_t<decltype(a.*(fl.member))>>(v), known = true) : false), ...);
-      }, scalars);
-      if (!known) throw std::invalid_argument(where + ": acts has an unknown field '" + key + "' (the fields are " + names + ")");
-    }
+    const auto a = acts_from<Spec, T>(acts, where);
     nb::gil_scoped_release release;
     return f(a);
-  };
-  const auto fields = Spec::template activation_fields<double>();
-  for (const auto& fl : fields)
-    if (acts.contains(fl.name))
-      return on_scalar(dtype_of(nb::cast<array_in>(acts[fl.name]), where, std::string("acts['") + fl.name + "']"), run);
-  throw std::invalid_argument(where + ": acts has none of the activation fields");
+  });
 }
 
 /// A paper variant of the attention, from activations: name(acts) -> iattn.Operator.
@@ -237,10 +258,7 @@ void bind_model(nb::module_& models) {
             nb::gil_scoped_release release;
             a = activations(w, x);  // found by argument-dependent lookup in iattn::models
           }
-          nb::dict out;
-          for (const auto& f : Spec::template activation_fields<T>()) out[f.name] = to_numpy<T>(Matrix<T>(a.*(f.member)));
-          std::apply([&](const auto&... f) { ((out[f.name] = a.*(f.member)), ...); }, Spec::template activation_scalars<T>());
-          return out;
+          return acts_to_dict<Spec, T>(a);
         });
       },
       nb::arg("weights"), nb::arg("u"), nb::arg("config") = nb::none(),

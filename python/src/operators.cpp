@@ -263,7 +263,41 @@ void bind_operators(nb::module_& m) {
       "A block's exact decomposition on one sequence: output() == out_proj(H x + beta) equals the block's own forward.\n"
       "x (L, D) is the inner input, H the implicit attention over the D inner channels, beta (L, D) every\n"
       "input-independent term, out_weight (d_model, D) and out_bias the output projection (empty: none).");
-  dec.def_prop_ro("H", [](const Decomposition& d) { return d.H; }, "The implicit attention, an iattn.Operator.")
+  dec.def(
+         "__init__",
+         [](Decomposition* self, const Operator& H, const array_in& x, std::optional<array_in> beta, std::optional<array_in> out_weight,
+            std::optional<array_in> out_bias) {
+           H.visit([&](const auto& op) {
+             using T = typename std::remove_cvref_t<decltype(op)>::scalar;
+             const char* w = "Decomposition";
+             Matrix<T> X = to_matrix<T>(x, w, "x");
+             const Index L = X.rows(), D = X.cols();
+             using std::to_string;
+             const std::string LD = "(L=" + to_string(L) + ", D=" + to_string(D) + ")";
+             if ((op.length() != any && op.length() != L) || (op.channels() != any && op.channels() != D))
+               detail::fail(w, "x has shape " + detail::shape_string(L, D) + " but H is an operator of length " +
+                                   (op.length() == any ? std::string("any") : to_string(op.length())) + " over " +
+                                   (op.channels() == any ? std::string("any number of") : to_string(op.channels())) +
+                                   " channels; expected x of shape (H.length, H.channels)");
+             Matrix<T> B = beta ? to_matrix<T>(*beta, w, "beta") : Matrix<T>(Matrix<T>::Zero(L, D));
+             detail::require_shape(B.rows() == L && B.cols() == D, w, "beta", B.rows(), B.cols(), LD + ", x's shape");
+             Matrix<T> W = out_weight ? to_matrix<T>(*out_weight, w, "out_weight") : Matrix<T>();
+             if (out_weight) detail::require_shape(W.cols() == D && W.rows() >= 1, w, "out_weight", W.rows(), W.cols(), "(d_out, D=" + to_string(D) + ")");
+             Matrix<T> b = out_bias ? to_matrix<T>(*out_bias, w, "out_bias", true) : Matrix<T>();
+             if (out_bias) {
+               if (!out_weight) detail::fail(w, "out_bias is given without out_weight; an output bias needs the output projection");
+               detail::require_shape(b.rows() == 1 && b.cols() == W.rows(), w, "out_bias", b.rows(), b.cols(),
+                                     "(d_out=" + to_string(W.rows()) + ",) or (1, d_out)");
+             }
+             new (self) Decomposition{Operator{op}, models::decomposition<T, AnyOperator<T>>{std::move(X), op, std::move(B), std::move(W), std::move(b)}};
+           });
+         },
+         nb::arg("H"), nb::arg("x"), nb::arg("beta") = nb::none(), nb::arg("out_weight") = nb::none(), nb::arg("out_bias") = nb::none(),
+         "A decomposition assembled from its parts: H (an iattn.Operator over D channels), the inner input x (L, D), beta\n"
+         "(L, D; default zeros), and optionally the output projection out_weight (d_out, D) and out_bias (d_out,).\n"
+         "output() is then out_proj(H x + beta): how an architecture written in Python (e.g. iattn.hf's xLSTM adapter)\n"
+         "hands its exact decomposition to the evaluation, explain and iattn.hf like the bound models'.")
+      .def_prop_ro("H", [](const Decomposition& d) { return d.H; }, "The implicit attention, an iattn.Operator.")
       .def_prop_ro("dtype", [](const Decomposition& d) { return std::string(dtype_name(d.H.type())); })
       .def_prop_ro("x", [](nb::handle self) {
             return std::visit([&](const auto& e) { return view(self, e.x); }, nb::cast<const Decomposition&>(self).d);

@@ -208,3 +208,37 @@ def test_results_own_their_memory_and_views_are_read_only():
     y = iattn.linear_recurrence(np.full((L, D), 0.5), np.ones((L, D))).apply(np.ones((L, D)))
     assert y.flags.owndata is False and y.flags.writeable  # numpy wraps the C++ result, no copy
     y[0, 0] = 3.0
+
+
+def test_decomposition_assembled_from_parts():
+    """iattn.Decomposition(H, x, beta, out_weight, out_bias): output() == (H x + beta) W^T + b, the evaluation and the
+    explain functions work on it as on a model's, and wrong parts are refused naming the argument."""
+    L, D, d = 9, 6, 4
+    x = RNG.standard_normal((L, D))
+    a = RNG.uniform(0.5, 0.95, (L, D))
+    H = iattn.diagonal(RNG.standard_normal((L, D))) * iattn.linear_recurrence(a, np.ones((L, D)))
+    beta = RNG.standard_normal((L, D))
+    W = RNG.standard_normal((d, D))
+    b = RNG.standard_normal(d)
+    dec = iattn.Decomposition(H, x, beta, W, b)
+    np.testing.assert_allclose(dec.output(), (H.apply(x) + beta) @ W.T + b, rtol=1e-13, atol=1e-13)
+    np.testing.assert_array_equal(dec.x, x)
+    assert dec.out_bias.shape == (1, d) and dec.dtype == "float64"
+    np.testing.assert_array_equal(dec.materialize(2), H.materialize(2))
+    g = iattn.explain.frozen_gradient(dec, 5, np.ones((1, d)))
+    assert g.shape == (L, D)
+    bare = iattn.Decomposition(H, x)  # beta zeros, no projection
+    np.testing.assert_allclose(bare.output(), H.apply(x), rtol=1e-14)
+    assert bare.out_weight.shape == (0, 0)
+    with pytest.raises(ValueError, match=r"Decomposition: x has shape \(9, 5\) but H is an operator of length 9 over 6 channels"):
+        iattn.Decomposition(H, x[:, :5])
+    with pytest.raises(ValueError, match=r"Decomposition: beta has shape \(8, 6\) but expected \(L=9, D=6\)"):
+        iattn.Decomposition(H, x, beta[:8])
+    with pytest.raises(ValueError, match=r"Decomposition: out_weight has shape \(4, 5\) but expected \(d_out, D=6\)"):
+        iattn.Decomposition(H, x, beta, W[:, :5])
+    with pytest.raises(ValueError, match=r"Decomposition: out_bias has shape \(1, 3\) but expected \(d_out=4,\)"):
+        iattn.Decomposition(H, x, beta, W, b[:3])
+    with pytest.raises(ValueError, match="out_bias is given without out_weight"):
+        iattn.Decomposition(H, x, beta, out_bias=b)
+    with pytest.raises(TypeError, match="x is float32 but the other operands are float64"):
+        iattn.Decomposition(H, x.astype(np.float32))
