@@ -456,12 +456,20 @@ void delta_lengths(benchmark::internal::Benchmark* b) {
   for (Index L : {1024, 4096}) b->Arg(L);
   b->Unit(benchmark::kMillisecond)->UseRealTime();
 }
+// The delta-rule rows (issue 20): apply, one channel's matrix into a fresh result and into one
+// kept across iterations (beside BM_store_rows' (L, L) probes), and the channel mean, L = 1024, 4096.
+void delta_mean_lengths(benchmark::internal::Benchmark* b) {
+  for (Index L : {1024, 4096}) b->Arg(L);
+  b->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(1);
+}
 BENCHMARK_TEMPLATE(BM_delta_apply, qwen3_next_gdn)->Apply(delta_lengths);
 BENCHMARK_TEMPLATE(BM_materialize, qwen3_next_gdn)->Apply(delta_lengths);
-BENCHMARK_TEMPLATE(BM_delta_mean, qwen3_next_gdn)->Arg(1024)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(1);
+BENCHMARK_TEMPLATE(BM_materialize_into, qwen3_next_gdn)->Apply(delta_lengths);
+BENCHMARK_TEMPLATE(BM_delta_mean, qwen3_next_gdn)->Apply(delta_mean_lengths);
 BENCHMARK_TEMPLATE(BM_delta_apply, rwkv7_tmix)->Apply(delta_lengths);
 BENCHMARK_TEMPLATE(BM_materialize, rwkv7_tmix)->Apply(delta_lengths);
-BENCHMARK_TEMPLATE(BM_delta_mean, rwkv7_tmix)->Arg(1024)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(1);
+BENCHMARK_TEMPLATE(BM_materialize_into, rwkv7_tmix)->Apply(delta_lengths);
+BENCHMARK_TEMPLATE(BM_delta_mean, rwkv7_tmix)->Apply(delta_mean_lengths);
 BENCHMARK_TEMPLATE(BM_materialize_mean, mamba1)->Apply(mean_lengths);
 BENCHMARK_TEMPLATE(BM_materialize_mean, mamba2)->Apply(mean_lengths);
 BENCHMARK_TEMPLATE(BM_materialize_mean, griffin)->Apply(mean_lengths);

@@ -66,3 +66,66 @@ TEST_CASE("gemm: a slice of a longer packing accumulates in place", "[gemm]") {
   for (Index j = 0; j < n; ++j)  // entries of C past the block's rows stay as they were
     for (Index i = m; i < ldc; ++i) REQUIRE(C[std::size_t(j * ldc + i)] == 1.0);
 }
+
+namespace {
+
+// gemm(): C = alpha A op(B) (+ C), op(B) = B^T (B (n, k)) or B (b_kn: B (k, n)), against plain loops.
+template <class T>
+void check_gemm_general(Index m, Index n, Index k, bool b_kn, bool accumulate, bool parallel) {
+  INFO("m = " << m << ", n = " << n << ", k = " << k << ", b_kn = " << b_kn << ", accumulate = " << accumulate
+               << ", parallel = " << parallel);
+  const Index lda = k + 3, ldb = (b_kn ? n : k) + 2, ldc = n + 5;
+  const Mat<T> A = normal<T>(m, lda), B = normal<T>(b_kn ? k : n, ldb), C0 = normal<T>(m, ldc);
+  const T alpha = T(-1.25);
+  Mat<T> C = C0;
+  iattn::cpu_detail::gemm_scratch<T> s;
+  iattn::cpu_detail::gemm<T>(s, m, n, k, alpha, A.data(), lda, B.data(), ldb, b_kn, C.data(), ldc, accumulate, parallel);
+  MatD ref = dd(C0);
+  for (Index i = 0; i < m; ++i)
+    for (Index j = 0; j < n; ++j) {
+      double v = 0;
+      for (Index p = 0; p < k; ++p) v += double(A(i, p)) * double(b_kn ? B(p, j) : B(j, p));
+      ref(i, j) = (accumulate ? ref(i, j) : 0.0) + double(alpha) * v;
+    }
+  check_close(C, ref, std::is_same_v<T, float> ? 1e-5 * std::sqrt(double(k + 1)) : 1e-13 * std::sqrt(double(k + 1)));
+}
+
+}  // namespace
+
+TEST_CASE("gemm: A B and A B^T, blocked over k and n, serial and parallel", "[gemm]") {
+  using iattn::cpu_detail::gemm_kc;
+  using iattn::cpu_detail::gemm_nc;
+  using iattn::cpu_detail::gemm_task_rows;
+  for (Index m : {Index(1), Index(7), gemm_task_rows + 1, Index(130)})
+    for (Index n : {Index(1), Index(17), gemm_nc + 3})
+      for (Index k : {Index(0), Index(5), gemm_kc + 9})
+        for (bool b_kn : {false, true})
+          for (bool accumulate : {false, true}) {
+            check_gemm_general<float>(m, n, k, b_kn, accumulate, true);
+            check_gemm_general<double>(m, n, k, b_kn, accumulate, m == 130);
+          }
+}
+
+TEST_CASE("gemm: the packed operand in several chunks of rows", "[gemm]") {
+  using iattn::cpu_detail::gemm_nc;
+  using iattn::cpu_detail::gemm_pack_elems;
+  const Index k = gemm_pack_elems / gemm_nc + 7;  // chunks of gemm_nc rows
+  for (bool b_kn : {false, true}) {
+    check_gemm_general<double>(3, 2 * gemm_nc + 5, k, b_kn, true, false);
+    check_gemm_general<float>(iattn::cpu_detail::gemm_task_rows + 2, gemm_nc + 1, k, b_kn, false, true);
+  }
+}
+
+TEST_CASE("gemm: packing from a transposed source and scaling the packed columns", "[gemm]") {
+  using namespace iattn::cpu_detail;
+  const Index m = 21, k = 13, ld = m + 4;
+  const MatD At = normal<double>(k, ld), s = normal<double>(1, k);
+  MatD A(m, k);
+  for (Index i = 0; i < m; ++i)
+    for (Index p = 0; p < k; ++p) A(i, p) = At(p, i) * s(0, p);
+  std::vector<double> ap(std::size_t(gemm_padded_rows<double>(m) * k)), ref(ap.size());
+  gemm_pack_a_t(At.data(), ld, m, k, ap.data());
+  gemm_scale_packed(ap.data(), m, k, s.data());
+  gemm_pack_a(A.data(), k, m, k, ref.data());
+  for (std::size_t i = 0; i < ap.size(); ++i) REQUIRE(std::abs(ap[i] - ref[i]) <= 1e-15 * (1 + std::abs(ref[i])));
+}

@@ -463,6 +463,203 @@ TEST_CASE("transition: L = 100000 in float against double", "[transition][long]"
                iattn::apply(p2.node(), x2), 1e-4);
 }
 
+// ---- the chunked (UT / WY) form of apply and of the tiles (backend/cpu/transition_chunk.hpp) -----
+namespace {
+
+namespace td = iattn::cpu_detail::transition_detail;
+
+/// Runs apply in the chunked form for every head wherever it applies (the evaluator's default
+/// keeps the recurrence where td::chunk_pays finds it cheaper, e.g. heads of a few channels).
+struct force_chunked {
+  int saved = td::chunk_tuning::force;
+  force_chunked() { td::chunk_tuning::force = 1; }
+  ~force_chunked() { td::chunk_tuning::force = saved; }
+};
+
+/// Whether every chunk of head h takes the chunked form (compute() true), and how many do.
+template <class T>
+Index chunked_count(const iattn::Transition<T>& n, Index h) {
+  const td::head_view<T> hv(n, h);
+  td::chunk_factors<T> f;
+  Index ok = 0;
+  for (Index t0 = 0; t0 < n.length(); t0 += td::chunk_len) ok += f.compute(hv, t0, std::min(td::chunk_len, n.length() - t0));
+  return ok;
+}
+Index chunks_of(Index L) { return (L + td::chunk_len - 1) / td::chunk_len; }
+
+const Index chunk_lengths[] = {1, 7, 63, 64, 65, 257, 1000};
+
+}  // namespace
+
+TEMPLATE_TEST_CASE("transition: chunked form, every path and factory at chunk tails", "[transition][chunked]", float, double) {
+  using T = TestType;
+  force_chunked forced;
+  for (Index L : chunk_lengths)
+    for (kind kd : {kind::delta, kind::gated, kind::kimi, kind::generic}) {
+      const auto p = make_params<T>(kd, L, {2, 3, 8}, 2);
+      REQUIRE(chunked_count(p.node(), 1) == chunks_of(L));  // none falls back to the recurrence
+      check_paths(p);
+    }
+  // a head's channels cut by a slab edge, and whole SIMD packs of channels
+  check_paths(make_params<T>(kind::gated, 130, {3, 50, 4}));
+  check_paths(make_params<T>(kind::kimi, 200, {2, 17, 16}));
+}
+
+TEMPLATE_TEST_CASE("transition: chunked form, ranks 0 to 5 and both decay shapes", "[transition][chunked]", float, double) {
+  using T = TestType;
+  force_chunked forced;
+  for (Index R : {0, 1, 2, 3, 5})  // R = 5 > chunk_max_rank: the recurrence everywhere
+    for (bool per_key : {false, true})
+      for (Index L : {Index(65), Index(257)}) {
+        const auto p = make_params<T>(kind::generic, L, {2, 3, 6}, R, per_key);
+        REQUIRE(chunked_count(p.node(), 0) == (R <= td::chunk_max_rank ? chunks_of(L) : 0));
+        check_paths(p);
+      }
+}
+
+TEMPLATE_TEST_CASE("transition: chunked form, decays 1 and 0, beta 0 and near 2", "[transition][chunked]", float, double) {
+  using T = TestType;
+  force_chunked forced;
+  const double tol = tolerance<T>();
+  for (kind kd : {kind::gated, kind::kimi}) {
+    {  // decay 1 (g = 0) with beta = 1.999 (a near-reflection), normalised keys: still chunked
+      auto p = make_params<T>(kd, 300, {1, 4, 8});
+      p.g.setZero();
+      p.beta.setConstant(T(1.999));
+      REQUIRE(chunked_count(p.node(), 0) == chunks_of(300));
+      check_paths(p);
+    }
+    {  // beta = 0 on every third token, and exactly 2 elsewhere (reflections)
+      auto p = make_params<T>(kd, 200, {2, 3, 8});
+      p.beta.setConstant(T(2));
+      for (Index t = 0; t < p.L; t += 3) p.beta.row(t).setZero();
+      check_paths(p);
+      const Mat<T> M = iattn::materialize(p.node(), 0);
+      for (Index s = 0; s < p.L; s += 3) REQUIRE(M.col(s).cwiseAbs().maxCoeff() == T(0));
+    }
+    {  // decays that underflow to 0 without being -inf (g = -200): finite, chunked, tiny entries
+      auto p = make_params<T>(kd, 150, {1, 2, 8});
+      for (Index t = 40; t < 150; t += 37) p.g.row(t).setConstant(T(-200));
+      REQUIRE(chunked_count(p.node(), 0) == chunks_of(150));
+      check_paths(p);
+    }
+  }
+  {  // DeltaNet at long range with beta = 1: 1000 tokens of pure memory (no decay)
+    auto p = make_params<T>(kind::delta, 1000, {1, 3, 8});
+    p.beta.setOnes();
+    const auto Tn = p.node();
+    const MatD M = dense_head(p, 0);
+    expect_close(tag<T>("chunked, delta rule beta = 1"), iattn::materialize(Tn, 2), M, tol);
+    const Mat<T> x = normal<T>(p.L, 3);
+    expect_close(tag<T>("chunked, delta rule beta = 1"), iattn::apply(Tn, x), (M * dd(x)).eval(), tol);
+  }
+}
+
+TEST_CASE("transition: chunked form, resets inside chunks and at their borders give exact zeros", "[transition][chunked]") {
+  force_chunked forced;
+  const Index L = 300, H = 2, P = 3, N = 8;
+  for (Index t0 : {Index(1), Index(30), Index(63), Index(64), Index(65), Index(128), Index(299)}) {
+    auto gdn = make_params<double>(kind::gated, L, {H, P, N});
+    gdn.g(t0, 1) = -std::numeric_limits<double>::infinity();  // head 1 forgets everything at t0
+    auto kda = make_params<double>(kind::kimi, L, {H, P, N});
+    for (Index m = 0; m < N; ++m) kda.g(t0, N + m) = -std::numeric_limits<double>::infinity();
+    auto gen = make_params<double>(kind::generic, L, {H, P, N}, 1, /*per_key=*/false);
+    gen.lam(t0, 1) = -std::numeric_limits<double>::infinity();
+    for (Index m = 0; m < N; ++m) gen.b(t0, N + m) = 0;  // no low-rank path across the reset
+    for (const auto* p : {&gdn, &kda, &gen}) {
+      INFO(kind_name(p->kd) << ", reset at " << t0);
+      const auto Tn = p->node();
+      REQUIRE(chunked_count(Tn, 1) == chunks_of(L) - 1);  // only the reset's chunk falls back
+      REQUIRE(chunked_count(Tn, 0) == chunks_of(L));
+      const MatD M1 = iattn::materialize(Tn, P);  // head 1
+      REQUIRE(M1.allFinite());
+      for (Index t = t0; t < L; ++t)
+        for (Index s = 0; s < t0; ++s) REQUIRE(M1(t, s) == 0.0);
+      expect_close("chunked reset (double)", M1, dense_head(*p, 1), 1e-10);
+      const MatD blk = iattn::block(Tn, P + 1, {t0, L}, {0, t0});
+      REQUIRE(blk.cwiseAbs().maxCoeff() == 0.0);
+      MatD x = MatD::Zero(L, H * P);
+      x.topRows(t0).setRandom();
+      const MatD y = iattn::apply(Tn, x);
+      for (Index t = t0; t < L; ++t)
+        for (Index c = P; c < 2 * P; ++c) REQUIRE(y(t, c) == 0.0);
+      const MatD r = iattn::row(Tn, L - 1);
+      for (Index s = 0; s < t0; ++s) REQUIRE(r(P, s) == 0.0);
+      expect_close("chunked reset (double)", iattn::apply(Tn, x), dense_apply([&](Index c) { return dense_head(*p, c / P); }, x),
+                   1e-10);
+    }
+  }
+}
+
+TEST_CASE("transition: chunked form falls back where its conditions fail", "[transition][chunked]") {
+  force_chunked forced;
+  {  // growing products (|k| = 2, beta = 1: eigenvalue -3): every chunk runs the recurrence
+    auto p = make_params<double>(kind::delta, 128, {1, 2, 4});
+    p.beta.setOnes();
+    p.k *= 2.0;
+    const auto Tn = p.node();
+    REQUIRE(chunked_count(Tn, 0) == 0);
+    const MatD M = iattn::materialize(Tn, 0), O = dense_head(p, 0);
+    expect_close("chunked fallback, growth (double)", M, O, 1e-10);
+  }
+  {  // a positive log-decay (allow_growth) in one chunk only
+    auto p = make_params<double>(kind::gated, 200, {1, 2, 8});
+    p.g(100, 0) = 0.3;
+    const auto Tn = p.node(true);
+    REQUIRE(chunked_count(Tn, 0) == chunks_of(200) - 1);
+    expect_close("chunked fallback, growth allowed (double)", iattn::materialize(Tn, 1), dense_head(p, 0), 1e-10);
+    const MatD x = normal<double>(200, 2);
+    expect_close("chunked fallback, growth allowed (double)", iattn::apply(Tn, x), (dense_head(p, 0) * x).eval(), 1e-10);
+  }
+  {  // NaN in one coefficient: it reaches exactly the entries that depend on it, as in the recurrence
+    auto p = make_params<double>(kind::gated, 200, {1, 2, 8});
+    p.q(150, 3) = std::numeric_limits<double>::quiet_NaN();
+    const auto Tn = p.node();
+    const MatD M = iattn::materialize(Tn, 0);
+    for (Index t = 0; t < 200; ++t)
+      for (Index s = 0; s <= t; ++s) REQUIRE(std::isnan(M(t, s)) == (t == 150));
+    MatD x = normal<double>(200, 2);
+    x(20, 1) = std::numeric_limits<double>::quiet_NaN();  // a NaN value: outputs from token 20 on
+    const MatD y = iattn::apply(Tn, x);
+    for (Index t = 0; t < 200; ++t) REQUIRE(std::isnan(y(t, 1)) == (t >= 20));
+    for (Index t = 0; t < 200; ++t) REQUIRE(std::isnan(y(t, 0)) == (t == 150));
+  }
+}
+
+TEST_CASE("transition: apply's choice between the chunked form and the recurrence", "[transition][chunked]") {
+  REQUIRE(td::chunk_pays(128, 128, 1, false, true));   // Gated DeltaNet at Qwen3-Next's head shape
+  REQUIRE_FALSE(td::chunk_pays(64, 64, 1, true, false));  // RWKV-7: rank-2 writes, N = P = 64
+  REQUIRE_FALSE(td::chunk_pays(8, 3, 1, false, true));    // a few channels per head
+  // the default (no switch) at a shape it takes chunked, against the oracle
+  auto p = make_params<double>(kind::gated, 150, {1, 128, 128});
+  const auto Tn = p.node();
+  REQUIRE(chunked_count(Tn, 0) == chunks_of(150));
+  const MatD x = normal<double>(150, 128), M = dense_head(p, 0);
+  expect_close("default apply, chunked (double)", iattn::apply(Tn, x), (M * x).eval(), 1e-10);
+}
+
+TEST_CASE("transition: chunked form, L = 100000 in float against double", "[transition][chunked][long]") {
+  force_chunked forced;
+  const Index L = 100000;
+  auto pd = make_params<double>(kind::kimi, L, {1, 3, 8});
+  pd.g = uniform<double>(L, 8, -0.05, 0.0);  // long memory, per key
+  params<float> pf;
+  pf.kd = kind::kimi, pf.L = L, pf.H = 1, pf.P = 3, pf.N = 8;
+  pf.q = pd.q.cast<float>(), pf.k = pd.k.cast<float>(), pf.beta = pd.beta.cast<float>(), pf.g = pd.g.cast<float>();
+  REQUIRE(chunked_count(pf.node(), 0) == chunks_of(L));
+  const MatD x = normal<double>(L, 3);
+  const MatD yd = iattn::apply(pd.node(), x);
+  td::chunk_tuning::force = -1;  // the double reference by the recurrence
+  const MatD yr = iattn::apply(pd.node(), x);
+  td::chunk_tuning::force = 1;
+  expect_close("L = 100000 chunked vs recurrence (double)", yd, yr, 1e-10);
+  expect_close("L = 100000 float chunked vs double, kimi_delta_rule", iattn::apply(pf.node(), Mat<float>(x.cast<float>())), yr, 1e-4);
+  // the last rows of the matrix, far from the diagonal: a block at the end against the double one
+  const iattn::range rows{L - 64, L}, cols{L - 1024, L - 64};
+  expect_close("L = 100000 float chunked block vs double", iattn::block(pf.node(), 1, rows, cols),
+               iattn::block(pd.node(), 1, rows, cols), 1e-4);
+}
+
 TEST_CASE("transition: shape errors name the argument and its shape", "[transition][errors]") {
   using Catch::Matchers::Contains;
   const Index L = 6, H = 2, N = 3, R = 1;

@@ -199,7 +199,7 @@ lm_trace<typename ssm_lm<W>::scalar> lm_run(const ssm_lm<W>& lm, const std::vect
     else x += models::mamba2_forward(lm.layers[i], tr.mixer_inputs.back());
   }
   tr.hidden = detail::rms_norm_rows(x, lm.norm_f, lm.eps);
-  tr.logits = tr.hidden * lm.lm_head.transpose();
+  tr.logits = models::nn::linear<T>(tr.hidden, lm.lm_head);
   return tr;
 }
 

@@ -151,7 +151,7 @@ namespace detail {
 template <class T>
 Matrix<T> causal_attention(const nemotron_h_block<T>& b, const nemotron_h_config& c, const Matrix<T>& u, Tensor3<T>& probs) {
   const Index L = u.rows(), H = c.num_attention_heads, KV = c.num_key_value_heads, hd = c.head_dim;
-  const Matrix<T> Q = u * b.q.transpose(), K = u * b.k.transpose(), V = u * b.v.transpose();
+  const Matrix<T> Q = models::nn::linear<T>(u, b.q), K = models::nn::linear<T>(u, b.k), V = models::nn::linear<T>(u, b.v);
   Matrix<T> Y = Matrix<T>::Zero(L, H * hd);
   probs = Tensor3<T>(H, L, L, T(0));
   const double scale = 1.0 / std::sqrt(double(hd));
@@ -176,7 +176,7 @@ Matrix<T> causal_attention(const nemotron_h_block<T>& b, const nemotron_h_config
       }
     }
   }
-  return Y * b.o.transpose();
+  return models::nn::linear<T>(Y, b.o);
 }
 }  // namespace detail
 
@@ -195,19 +195,19 @@ nemotron_h_trace<T> nemotron_h_run(const nemotron_h_lm<T>& lm, const std::vector
     } else if (b.kind == block_kind::attention) {
       y = detail::causal_attention(b, lm.config, u, probs);
     } else {
-      Matrix<T> h = u * b.up.transpose();
+      Matrix<T> h = models::nn::linear<T>(u, b.up);
       for (Index i = 0; i < h.size(); ++i) {
         const T r = std::max(h.data()[i], T(0));
         h.data()[i] = r * r;
       }
-      y = h * b.down.transpose();
+      y = models::nn::linear<T>(h, b.down);
     }
     x += y;
     tr.mixer_outputs.push_back(std::move(y));
     tr.attention.push_back(std::move(probs));
   }
   tr.hidden = detail::rms_norm_rows(x, lm.norm_f, lm.config.eps);
-  tr.logits = tr.hidden * lm.lm_head.transpose();
+  tr.logits = models::nn::linear<T>(tr.hidden, lm.lm_head);
   return tr;
 }
 

@@ -12,12 +12,18 @@
 #include "../core/error.hpp"
 #include "../evaluate.hpp"
 
+#include <cassert>
 #include <cmath>
 #include <cstdint>
 #include <random>
 #include <string>
 
 namespace iattn::models {
+
+namespace nn {
+template <class T>
+Matrix<T> linear(const Matrix<T>& X, const Matrix<T>& W, const Matrix<T>& b = {});
+}  // namespace nn
 
 /// The exact decomposition of one block on one sequence: `output() == out_proj(apply(H, x) + beta)`
 /// equals the block's own forward. x is the inner input (L, D), H acts on the D inner channels,
@@ -37,9 +43,7 @@ struct decomposition {
   /// Y W^T + b: the output projection of an inner sequence Y (L, D).
   Matrix<T> project(const Matrix<T>& Y) const {
     if (out_weight.size() == 0) return Y;
-    Matrix<T> out = Y * out_weight.transpose();
-    if (out_bias.size() != 0) out.rowwise() += out_bias.row(0);
-    return out;
+    return nn::linear<T>(Y, out_weight, out_bias);
   }
   /// The block output rebuilt from the decomposition.
   Matrix<T> output() const { return project(Matrix<T>(apply(H, x) + beta)); }
@@ -115,11 +119,19 @@ Matrix<T> map(const Matrix<T>& X, F&& f) {
   return Y;
 }
 
-/// X W^T (+ b): a PyTorch Linear with weight (out, in) and bias (1, out) or empty.
+/// X W^T (+ b): a PyTorch Linear with weight (out, in) and bias (1, out) or empty. The library's
+/// product kernel (backend/cpu/gemm.hpp), parallel over X's rows; not Eigen's GEMM, whose
+/// instantiation is the largest part of a model's compile time.
 template <class T>
-Matrix<T> linear(const Matrix<T>& X, const Matrix<T>& W, const Matrix<T>& b = {}) {
-  Matrix<T> Y = X * W.transpose();
-  if (b.size() != 0) Y.rowwise() += b.row(0);
+Matrix<T> linear(const Matrix<T>& X, const Matrix<T>& W, const Matrix<T>& b) {
+  const Index L = X.rows(), out = W.rows(), in = X.cols();
+  assert(W.cols() == in && (b.size() == 0 || b.size() == out));
+  Matrix<T> Y(L, out);
+  cpu_detail::gemm_scratch<T> s;
+  cpu_detail::gemm<T>(s, L, out, in, T(1), X.data(), in, W.data(), W.cols(), false, Y.data(), out, false, true);
+  if (b.size() != 0)
+    for (Index t = 0; t < L; ++t)
+      for (Index o = 0; o < out; ++o) Y(t, o) += b(0, o);
   return Y;
 }
 

@@ -207,7 +207,11 @@ rwkv6_activations<T> activations(const rwkv6_weights<T>& wt, const Matrix<T>& u)
   const Matrix<T> a = nn::map<T>(nn::linear<T>(lerp(wt.x_proj_0_mu), wt.x_proj_0_linear_weight), [](T v) { return std::tanh(v); });
   Matrix<T> mix[5];
   for (Index n = 0; n < 5; ++n) {
-    mix[n] = Matrix<T>(a.middleCols(n * R, R)) * wt.x_proj_2_weight.middleCols(n * R, R).transpose();
+    // a[:, nR:(n+1)R] W2[:, nR:(n+1)R]^T + bias_n, on the library's product kernel (gemm.hpp)
+    mix[n].resize(L, d);
+    cpu_detail::gemm_scratch<T> gs;
+    cpu_detail::gemm<T>(gs, L, d, R, T(1), a.data() + n * R, a.cols(), wt.x_proj_2_weight.data() + n * R,
+                        wt.x_proj_2_weight.cols(), false, mix[n].data(), d, false, true);
     mix[n].rowwise() += wt.x_bias.row(n);
   }
   rwkv6_activations<T> s;

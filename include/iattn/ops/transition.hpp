@@ -21,10 +21,14 @@
 // (K, V) orientation, its code's state transposed) and DeltaProduct (R Householder factors, their
 // product expanded to rank R) use transition() directly.
 //
-// Numerics. The evaluators run the recurrence itself (forward for apply and tiles, backwards for
-// the transposed apply), multiplying by A_t as Diag plus rank R: nothing is inverted, no decay is
-// divided by, no triangular system is solved, so a reset (lambda = -inf, with a zero low-rank part,
-// e.g. g = -inf in the gated factories) gives exact zeros behind it. Rounding errors stay bounded
+// Numerics. The CPU evaluator takes each chunk of 32-64 tokens in the chunked (UT / WY) form
+// (backend/cpu/transition_chunk.hpp): the chunk's transitions unroll into products of factors
+// e^{lambda} <= 1 and one unit lower-triangular system (forward substitution; nothing is inverted
+// but that system, no decay is divided by). A chunk the form cannot take exactly or stably (a reset
+// lambda = -inf, a positive log-decay, a non-finite coefficient or value, rank R > 4, products that
+// grow) runs the recurrence token by token, multiplying by A_t as Diag plus rank R, so a reset (with
+// a zero low-rank part, e.g. g = -inf in the gated factories) gives exact zeros behind it; the
+// transposed apply is always that recurrence, backwards. Rounding errors stay bounded
 // (they do not grow with L) when every A_t is a non-expansion in the 2-norm: for the delta rule that
 // holds when the keys are normalised (|k_t| = 1, as the models' L2-normalised keys are) and
 // beta in [0, 2], where I - beta k k^T has eigenvalues 1 and 1 - beta in [-1, 1]; gates e^g <= 1

@@ -27,6 +27,7 @@
 #pragma once
 
 #include "../../ops/complex_semiseparable.hpp"
+#include "gemm.hpp"
 #include "simd.hpp"
 #include "tile.hpp"
 
@@ -305,17 +306,22 @@ void channel_eval<ComplexSemiseparable<T>, T>::off_diagonal(Index bi, Index bj, 
     R[std::size_t(m)] = r, A[std::size_t(m)] = a;
   }
   complex_ss::exp_cis<double>(N, R.data(), A.data(), mr.data(), mi.data());
-  Matrix<T> U(rows, 2 * N);
+  gemm_scratch<T>& s = gemm_thread_scratch<T>();
+  T* U = sized(s.aux, rows * 2 * N);  // (rows, 2N)
   for (Index i = 0; i < rows; ++i) {
     const T* c = ct_.row(r0 + i).data();
-    T* u = U.row(i).data();
+    T* u = U + i * 2 * N;
     for (Index m = 0; m < N; ++m) {
       const T a = T(mr[std::size_t(m)]), b = T(mi[std::size_t(m)]);
       u[m] = c[m] * a - c[N + m] * b;
       u[N + m] = -(c[m] * b + c[N + m] * a);
     }
   }
-  sub.map().noalias() = U * bt_.middleRows(q0, q1 - q0).transpose();
+  const Index nq = q1 - q0;
+  T* ap = sized(s.ap, gemm_padded_rows<T>(nq) * 2 * N);
+  gemm_pack_a(bt_.row(q0).data(), 2 * N, nq, 2 * N, ap);
+  sub.set_zero();
+  gemm_tile_add(nq, rows, 2 * N, ap, gemm_mr<T> * 2 * N, U, 2 * N, sub.data, sub.stride, T(1));
 }
 
 // Rows [r0, r1) and columns [q0, q1) inside one diagonal block, by running complex products

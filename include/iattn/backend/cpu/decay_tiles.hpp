@@ -15,6 +15,7 @@
 // with running products of the per-token decays (at most tile_size factors).
 #pragma once
 
+#include "gemm.hpp"
 #include "simd.hpp"
 #include "tile.hpp"
 
@@ -137,23 +138,23 @@ class decay_tiles {
     });
   }
 
-  // Rows [r0, r1) of block bi, columns [q0, q1) of block bj < bi.
+  // Rows [r0, r1) of block bi, columns [q0, q1) of block bj < bi: Ct diag(mid) Bt^T, with Bt's rows
+  // packed for the product kernel (gemm.hpp) and scaled by mid there, Ct's rows read in place.
   void off_diagonal(Index bi, Index bj, Index r0, Index r1, Index q0, Index q1, tile<T> sub) const {
-    Eigen::Matrix<T, 1, Eigen::Dynamic> mid(Nd_);
+    gemm_scratch<T>& s = gemm_thread_scratch<T>();
+    T* mid = sized(s.aux, Nd_);
     for (Index m = 0; m < Nd_; ++m) {
       auto acc = simd::pack<T, 1>{strict_ ? Policy::template neutral<T>() : first_(bi, m)};
       for (Index b = bi - 1; b > bj; --b) acc = Policy::combine(acc, simd::pack<T, 1>{blk_(b, m)});
       mid[m] = Policy::factor(acc).v;
     }
-    Eigen::Map<const Matrix<T>> ct(ct_.data() + r0 * N_, r1 - r0, N_);
-    Eigen::Map<const Matrix<T>> bt(bt_.data() + q0 * N_, q1 - q0, N_);
-    auto dst = sub.map();
-    if (Nd_ == 1) {
-      dst.noalias() = (mid[0] * ct) * bt.transpose();
-    } else {
-      Matrix<T> scaled = ct * mid.asDiagonal();
-      dst.noalias() = scaled * bt.transpose();
-    }
+    const Index nq = q1 - q0;
+    T* ap = sized(s.ap, gemm_padded_rows<T>(nq) * N_);
+    gemm_pack_a(bt_.data() + q0 * N_, N_, nq, N_, ap);
+    if (Nd_ > 1) gemm_scale_packed(ap, nq, N_, mid);
+    sub.set_zero();
+    gemm_tile_add(nq, r1 - r0, N_, ap, gemm_mr<T> * N_, ct_.data() + r0 * N_, N_, sub.data, sub.stride,
+                  Nd_ == 1 ? mid[0] : T(1));
   }
 
   // Rows [r0, r1) and columns [q0, q1) inside one diagonal block: running products, vectorised

@@ -127,10 +127,15 @@ template <class T, class Node>
 Matrix<T> materialize_mean(const Node& n, const context& cx, mean_request rq, mean_path path = mean_path::automatic) {
   if (cx.L == 0 || rq.c1 <= rq.c0) return Matrix<T>::Zero(cx.L, cx.L);
   constexpr bool has_S = contains_v<Semiseparable<T>, Node>, has_R = contains_v<LinearRecurrence<T>, Node>;
+  // One expansion serves both structured paths (mean.hpp): the heads' when the heads share the
+  // cores and that is cheaper (or |H^c| is asked for), else the (channel, state) GEMMs.
+  mean_terms<T> terms;
+  const bool expanded = expand_terms<T>(n, cx, terms);
   if constexpr (has_S || contains_v<Transition<T>, Node> || contains_v<ComplexSemiseparable<T>, Node>) {  // heads exist only there
-    if (path != mean_path::channels) {
-      head_plan<T> plan;
-      if (make_head_plan<T>(n, cx, plan) && (path == mean_path::heads || rq.abs || plan.cheaper_than_channel_gemm(cx))) {
+    const Index P = path != mean_path::channels && expanded ? shared_head_dim(terms, cx) : 0;
+    if (P != 0) {
+      const head_plan<T> plan{terms, P};
+      if (path == mean_path::heads || rq.abs || plan.cheaper_than_channel_gemm(cx)) {
         Matrix<T> out = Matrix<T>::Zero(cx.L, cx.L);
         head_means<T>(plan, cx, rq.abs).run(cx, rq.c0, rq.c1, out.data(), false);
         return out;
@@ -141,8 +146,7 @@ Matrix<T> materialize_mean(const Node& n, const context& cx, mean_request rq, me
     wkv_mean_form<T> f;
     if (path != mean_path::channels && match_wkv_mean<T>(n, f)) return wkv_mean<T>(f, cx.L, rq.c0, rq.c1, rq.abs);
   }
-  mean_terms<T> terms;
-  if (!rq.abs && expand_mean<T>(n, cx, terms)) return mean_of_terms<T, has_S, has_R>(terms, cx, rq.c0, rq.c1);
+  if (!rq.abs && expanded && channel_path_takes(terms)) return mean_of_terms<T, has_S, has_R>(terms, cx, rq.c0, rq.c1);
   return materialize_mean_tiles<T>(n, cx, rq);
 }
 template <class T, class Node>

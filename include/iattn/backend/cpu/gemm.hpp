@@ -1,5 +1,9 @@
-// iattn/backend/cpu/gemm.hpp: the product kernel of the mean path, C += alpha B A^T for row-major
-// A (m, k) and B (n, k) whose rows run along the inner dimension k, into a row-major C (n, m).
+// iattn/backend/cpu/gemm.hpp: the library's one matrix-product kernel, C += alpha B A^T for
+// row-major A (m, k) and B (n, k) whose rows run along the inner dimension k, into a row-major
+// C (n, m); and gemm(), every other product shape (A B, A B^T, blocked and parallel) on top of it.
+// Every product in the library (the mean path, the rank-N tiles, the chunked scan, tile products,
+// the models' Linear layers) goes through this kernel, never through Eigen's GEMM: each Eigen
+// product form costs a translation unit 1.5-3 s of compile time (issue 19 part 5).
 //
 // A is packed once, k-major, in panels of gemm_mr = 2 packs of rows; B is read in place, one
 // element of each of gemm_nr rows broadcast per step; a micro-tile keeps gemm_mr x gemm_nr sums in
@@ -10,6 +14,7 @@
 // per O(m n k) of products.
 #pragma once
 
+#include "parallel.hpp"
 #include "simd.hpp"
 
 #include <algorithm>
@@ -39,11 +44,17 @@ T* sized(std::vector<T>& v, Index n) {
   return v.data();
 }
 
-/// Scratch of one thread: the packed A.
+/// Scratch of one thread: the packed A, and a few values its caller forms beside it.
 template <class T>
 struct gemm_scratch {
-  std::vector<T> ap;
+  std::vector<T> ap, aux;
 };
+/// The calling thread's own scratch, kept across calls (tile evaluators are shared by threads).
+template <class T>
+gemm_scratch<T>& gemm_thread_scratch() {
+  thread_local gemm_scratch<T> s;
+  return s;
+}
 
 /// Rows of A rounded up to whole panels.
 template <class T>
@@ -104,6 +115,44 @@ void gemm_pack_a(const T* A, Index lda, Index m, Index k, T* ap) {
     }
     for (Index p = p0; p < k; ++p)
       for (Index r = rows; r < MR; ++r) dst[p * MR + r] = T(0);
+  }
+}
+
+/// ap = rows [0, m) of A packed as gemm_pack_a packs them, for A given transposed: row i of A is
+/// column i of a row-major (k, m) matrix with row stride lda (element (i, p) at At[p * lda + i]), so
+/// each panel row is a contiguous copy. K >= k is the panel stride in inner indices (panels MR K
+/// apart; K = -1: k), so the k indices may be one slice of a longer packing.
+template <class T>
+void gemm_pack_a_t(const T* At, Index lda, Index m, Index k, T* ap, Index K = -1) {
+  constexpr Index MR = gemm_mr<T>;
+  if (K < 0) K = k;
+  for (Index q = 0; q * MR < m; ++q) {
+    T* dst = ap + q * MR * K;
+    const Index rows = std::min(MR, m - q * MR);
+    if (rows == MR) {  // whole panels: packs of W lanes, no call per row
+      constexpr int W = simd::width<T>;
+      using P = simd::pack<T, W>;
+      for (Index p = 0; p < k; ++p)
+        for (Index r = 0; r < MR; r += W) P::load(At + p * lda + q * MR + r).store(dst + p * MR + r);
+      continue;
+    }
+    for (Index p = 0; p < k; ++p) {
+      const T* src = At + p * lda + q * MR;
+      std::copy(src, src + rows, dst + p * MR);
+      std::fill(dst + p * MR + rows, dst + (p + 1) * MR, T(0));
+    }
+  }
+}
+
+/// Column p of a packing of m rows over k inner indices times scale[p]: ap as gemm_pack_a(A) left
+/// it becomes the packing of A diag(scale).
+template <class T>
+void gemm_scale_packed(T* ap, Index m, Index k, const T* scale) {
+  constexpr Index MR = gemm_mr<T>;
+  for (Index q = 0; q * MR < m; ++q) {
+    T* dst = ap + q * MR * k;
+    for (Index p = 0; p < k; ++p)
+      for (Index r = 0; r < MR; ++r) dst[p * MR + r] *= scale[p];
   }
 }
 
@@ -175,6 +224,62 @@ void gemm_tile_add(Index m, Index n, Index k, const T* ap, Index panel_stride, c
         gemm_micro_any<T, 2>(nr, k, a, B + j * ldb, ldb, c + j * ldc, ldc, alpha, rows);
       else
         gemm_micro_any<T, 1>(nr, k, a, B + j * ldb, ldb, c + j * ldc, ldc, alpha, rows);
+    }
+  }
+}
+
+/// gemm's blocking: row strips of C of gemm_task_rows (one task of the parallel loop), passes over
+/// gemm_kc inner indices and gemm_nc rows of the packed operand (96 KiB in float: it stays in L2
+/// while a strip's rows pass it), and the packed operand formed gemm_pack_elems elements at a time.
+inline constexpr Index gemm_task_rows = 8 * gemm_nr;
+inline constexpr Index gemm_kc = 256;
+inline constexpr Index gemm_nc = 96;
+inline constexpr Index gemm_pack_elems = Index(1) << 22;
+static_assert(gemm_nc % 16 == 0, "gemm_nc holds whole panels of every pack width up to 16 rows");
+
+/// C (m, n) = alpha A op(B), or C += alpha A op(B) with accumulate, all row-major: A (m, k) with row
+/// stride lda; B (n, k) with row stride ldb, op(B) = B^T (a PyTorch Linear: X W^T), or with b_kn
+/// (k, n), op(B) = B; C with row stride ldc. B is packed (in s) whole or in chunks of rows of at
+/// most gemm_pack_elems elements, A's rows are read in place. With parallel (outside a parallel
+/// region, and when large enough) the row strips of C run in parallel, one parallel loop per chunk,
+/// the packing before it too when it is large.
+template <class T>
+void gemm(gemm_scratch<T>& s, Index m, Index n, Index k, T alpha, const T* A, Index lda, const T* B, Index ldb, bool b_kn,
+          T* C, Index ldc, bool accumulate, bool parallel = false) {
+  if (m <= 0 || n <= 0) return;
+  if (!accumulate)
+    for (Index i = 0; i < m; ++i) std::fill(C + i * ldc, C + i * ldc + n, T(0));
+  if (k <= 0) return;
+  constexpr Index MR = gemm_mr<T>;
+  const Index chunk = std::max(gemm_nc, gemm_pack_elems / k / gemm_nc * gemm_nc);
+  const Index tasks = (m + gemm_task_rows - 1) / gemm_task_rows;
+  const bool par = parallel && tasks > 1 && double(m) * double(n) * double(k) >= double(1 << 21);
+  for (Index j0 = 0; j0 < n; j0 += chunk) {
+    const Index nj = std::min(chunk, n - j0), panels = (nj + MR - 1) / MR;
+    T* ap = sized(s.ap, panels * MR * k);
+    auto pack = [&](Index q) {  // panel q: rows j0 + q MR .. of B, over all k
+      const Index r = q * MR, rows = std::min(MR, nj - r);
+      if (b_kn)
+        gemm_pack_a_t(B + j0 + r, ldb, rows, k, ap + r * k);
+      else
+        gemm_pack_a(B + (j0 + r) * ldb, ldb, rows, k, ap + r * k);
+    };
+    auto strip = [&](Index task) {
+      const Index i0 = task * gemm_task_rows, rows = std::min(gemm_task_rows, m - i0);
+      for (Index p0 = 0; p0 < k; p0 += gemm_kc)
+        for (Index jj = 0; jj < nj; jj += gemm_nc)
+          gemm_tile_add(std::min(gemm_nc, nj - jj), rows, std::min(gemm_kc, k - p0), ap + jj * k + p0 * MR, MR * k,
+                        A + i0 * lda + p0, lda, C + i0 * ldc + j0 + jj, ldc, alpha);
+    };
+    if (par) {  // one parallel loop where packing is cheap (each costs a fork and a join)
+      if (nj * k >= gemm_pack_elems / 16)
+        parallel_for(panels, pack);
+      else
+        for (Index q = 0; q < panels; ++q) pack(q);
+      parallel_for(tasks, strip);
+    } else {
+      for (Index q = 0; q < panels; ++q) pack(q);
+      for (Index task = 0; task < tasks; ++task) strip(task);
     }
   }
 }

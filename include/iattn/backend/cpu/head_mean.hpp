@@ -65,36 +65,14 @@ Index head_dim_of(const Node& n) {
   else return 0;
 }
 
-/// One head's core, through its node's channel evaluator (type-erased: cores of several types).
+/// The head path's form of an expansion (mean.hpp's expand_terms): every core shared by the heads
+/// of P channels.
 template <class T>
-struct head_core {
-  virtual ~head_core() = default;
-  virtual void block(Index i0, Index i1, Index j0, Index j1, tile<T> out) const = 0;
-};
-template <class Node, class T>
-struct head_core_of final : head_core<T> {
-  channel_eval<Node, T> ev;
-  head_core_of(const Node& n, const context& cx, Index c) : ev(n, cx, c) {}
-  void block(Index i0, Index i1, Index j0, Index j1, tile<T> out) const override { ev.block(i0, i1, j0, j1, out); }
-};
-
-/// One term w · diag(post) · core · diag(pre) · [conv]; no core: a band term.
-template <class T>
-struct head_term {
-  double weight = 1;
-  diag_factors<T> post, pre;
-  const CausalConv<T>* conv = nullptr;
-  std::function<std::unique_ptr<head_core<T>>(const context&, Index c)> core;  // for channel c's head
-  Index state = 0;     // N of the core
-  bool plain = false;  // the core is a Semiseparable (mean.hpp's GEMM path could take the term)
-  bool has_core() const { return bool(core); }
-  bool trivial() const { return !has_core() && !conv && post.empty() && pre.empty(); }
-  Index width() const { return conv ? conv->width() : 1; }
-};
+using head_term = mean_term<T>;
 
 template <class T>
 struct head_plan {
-  std::vector<head_term<T>> terms;
+  mean_terms<T> terms;
   Index P = 0;  // channels per head, shared by every core
   /// Multiply-adds per (t, s) of the head path against mean.hpp's (channel, state) GEMMs; the
   /// latter is infinite when a core is not a plain Semiseparable.
@@ -105,99 +83,32 @@ struct head_plan {
       if (t.has_core()) {
         heads += double(cx.D / P) * double(t.state) + double(t.width() * cx.D);
         gemm += double(cx.D) * double(t.state);
-        plain = plain && t.plain;
+        plain = plain && t.plain();
       }
     return !plain || heads < gemm;
   }
 };
 
-/// Expands n into terms with head-shared cores; false when n is not a sum of such terms.
-template <class T, class Node>
-bool expand_head(const Node& n, const context& cx, Index& P, std::vector<head_term<T>>& out) {
-  out.clear();
-  head_term<T> one;
-  // node's matrix is its head's (head_dim channels per head, state N): one evaluator per head
-  auto core = [&](const auto& node, Index head_dim, Index state, bool plain) {
-    if (head_dim < 2 || (P != 0 && P != head_dim)) return false;
-    P = head_dim;
-    using C = std::remove_cvref_t<decltype(node)>;
-    one.core = [&node](const context& c, Index ch) -> std::unique_ptr<head_core<T>> {
-      return std::make_unique<head_core_of<C, T>>(node, c, ch);
-    };
-    one.state = state;
-    one.plain = plain;
-    return true;
-  };
-  if constexpr (std::is_same_v<Node, Diagonal<T>>) {
-    one.post.f.push_back({n.d().row(0), n.d().rows()});
-  } else if constexpr (std::is_same_v<Node, GroupNorm<T>>) {
-    if (!n.bound()) return false;
-    auto v = std::make_shared<Matrix<T>>(cx.L, cx.D);
-    for (Index t = 0; t < cx.L; ++t)
-      for (Index c = 0; c < cx.D; ++c) (*v)(t, c) = n.value(t, c, cx.D);
-    one.post.f.push_back({v->data(), cx.L});
-    one.post.owned.push_back(std::move(v));
-  } else if constexpr (std::is_same_v<Node, Identity>) {
-  } else if constexpr (std::is_same_v<Node, CausalConv<T>>) {
-    one.conv = &n;
-  } else if constexpr (std::is_same_v<Node, Semiseparable<T>>) {
-    if (!core(n, n.head_dim(), n.state(), true)) return false;
-  } else if constexpr (std::is_same_v<Node, RowNormalize<Semiseparable<T>>>) {
-    // diag(1 / (S_h 1)) S_h: shared by the head too
-    if (!core(n, n.inner().head_dim(), n.inner().state() + 1, false)) return false;
-  } else if constexpr (std::is_same_v<Node, Transition<T>>) {
-    // the head's matrix (backend/cpu/transition.hpp computes it once per head); mean.hpp's
-    // (channel, state) GEMMs cannot take it (plain = false)
-    if (!core(n, n.head_dim(), n.state(), false)) return false;
-  } else if constexpr (std::is_same_v<Node, ComplexSemiseparable<T>>) {
-    if (!core(n, n.head_dim(), 2 * n.state(), false)) return false;  // rank 2N real tiles per head
-  } else if constexpr (is_scaled_node<Node>::value) {
-    if (!expand_head<T>(n.inner(), cx, P, out)) return false;
-    for (auto& t : out) t.weight *= n.factor();
-    return true;
-  } else if constexpr (is_sum_node<Node>::value) {
-    std::vector<head_term<T>> b;
-    if (!expand_head<T>(n.left(), cx, P, out) || !expand_head<T>(n.right(), cx, P, b)) return false;
-    for (auto& t : b) out.push_back(std::move(t));
-    return out.size() <= max_mean_terms;
-  } else if constexpr (is_product_node<Node>::value) {
-    std::vector<head_term<T>> a, b;
-    if (!expand_head<T>(n.left(), cx, P, a) || !expand_head<T>(n.right(), cx, P, b)) return false;
-    if (a.size() * b.size() > max_mean_terms) return false;
-    for (const auto& x : a)
-      for (const auto& y : b) {
-        head_term<T> r;
-        if (x.conv) {  // a convolution must be the rightmost factor
-          if (!y.trivial()) return false;
-          r = x;
-        } else if (x.has_core()) {  // core · diag: y's diagonals join the right-hand side
-          if (y.has_core()) return false;
-          r = x;
-          r.pre.append(y.post);
-          r.pre.append(y.pre);
-          r.conv = y.conv;
-        } else {  // diag · y: x joins y's left-hand diagonal
-          r = y;
-          r.post = x.post;
-          r.post.append(y.post);
-        }
-        r.weight = x.weight * y.weight;
-        if (r.has_core() && r.conv && r.conv->width() > max_mean_conv) return false;
-        out.push_back(std::move(r));
-      }
-    return true;
-  } else {
-    return false;
+/// P of expanded terms whose cores the heads share (each core a head core of the same head_dim
+/// P >= 2, dividing D); 0 when they do not (or there is no core).
+template <class T>
+Index shared_head_dim(const mean_terms<T>& terms, const context& cx) {
+  Index P = 0;
+  for (const auto& t : terms) {
+    if (!t.has_core()) continue;
+    if (!t.core || t.head_dim < 2 || (P != 0 && t.head_dim != P)) return 0;
+    P = t.head_dim;
   }
-  out.push_back(std::move(one));
-  return true;
+  return P >= 2 && cx.D % P == 0 ? P : 0;
 }
 
 /// The plan of n, or false when n's heads do not share its cores (or it has no core).
 template <class T, class Node>
 bool make_head_plan(const Node& n, const context& cx, head_plan<T>& plan) {
   plan = {};
-  return expand_head<T>(n, cx, plan.P, plan.terms) && plan.P >= 2 && cx.D % plan.P == 0;
+  if (!expand_terms<T>(n, cx, plan.terms)) return false;
+  plan.P = shared_head_dim(plan.terms, cx);
+  return plan.P != 0;
 }
 
 /// The head means of one plan over channels [c0, c1): into one (L, L) mean (per_head false), or

@@ -3,7 +3,7 @@
 //
 // An expression that is a sum of terms  w * diag(P) * Core * diag(Q) * [Conv]  (Core a Semiseparable,
 // a LinearRecurrence or nothing; Diagonal, bound GroupNorm, scalar scales, identities and sums are
-// distributed into that form by expand_mean) has the channel mean
+// distributed into that form by expand_terms, shared with head_mean.hpp) has the channel mean
 //   mean_c H^c = sum over terms of (w / D) sum_c P^c Core^c Q^c Conv^c.
 // For a term with a core, column s' of Core Q Conv is the core applied to the K-sparse input
 // sum_lag tap(lag) Q[s'+lag] e_{s'+lag}. Folded into one state injection at sigma = s' + K - 1,
@@ -28,22 +28,30 @@
 #pragma once
 
 #include "../../ops/causal_conv.hpp"
+#include "../../ops/complex_semiseparable.hpp"
 #include "../../ops/diagonal.hpp"
 #include "../../ops/group_norm.hpp"
 #include "../../ops/identity.hpp"
 #include "../../ops/linear_recurrence.hpp"
 #include "../../ops/product.hpp"
+#include "../../ops/row_normalize.hpp"
 #include "../../ops/scaled.hpp"
 #include "../../ops/semiseparable.hpp"
 #include "../../ops/sum.hpp"
+#include "../../ops/transition.hpp"
+#include "algebra.hpp"
+#include "complex_semiseparable.hpp"
 #include "decay_tiles.hpp"
 #include "gemm.hpp"
 #include "parallel.hpp"
 #include "product.hpp"
+#include "semiseparable.hpp"
 #include "simd.hpp"
 #include "tile.hpp"
+#include "transition.hpp"
 
 #include <algorithm>
+#include <functional>
 #include <memory>
 #include <type_traits>
 #include <vector>
@@ -82,16 +90,40 @@ struct diag_factors {
   }
 };
 
-/// One term w * diag(post) * core * diag(pre) * conv of a channel-mean expansion.
+/// One head's core, through its node's channel evaluator (type-erased: cores of several types);
+/// the head path's view of a core (head_mean.hpp).
+template <class T>
+struct head_core {
+  virtual ~head_core() = default;
+  virtual void block(Index i0, Index i1, Index j0, Index j1, tile<T> out) const = 0;
+};
+template <class Node, class T>
+struct head_core_of final : head_core<T> {
+  channel_eval<Node, T> ev;
+  head_core_of(const Node& n, const context& cx, Index c) : ev(n, cx, c) {}
+  void block(Index i0, Index i1, Index j0, Index j1, tile<T> out) const override { ev.block(i0, i1, j0, j1, out); }
+};
+
+/// One term w * diag(post) * core * diag(pre) * [conv] of a channel-mean expansion, as both mean
+/// paths read it: this file's (channel, state) GEMMs take a core that is a Semiseparable (S) or a
+/// LinearRecurrence (R); head_mean.hpp's head path takes a core whose matrix depends on the channel
+/// only through its head (core: one evaluator per head, head_dim >= 2 channels per head). A
+/// Semiseparable is both.
 template <class T>
 struct mean_term {
   double weight = 1;
   diag_factors<T> post, pre;
+  const CausalConv<T>* conv = nullptr;
   const Semiseparable<T>* S = nullptr;
   const LinearRecurrence<T>* R = nullptr;
-  const CausalConv<T>* conv = nullptr;
-  bool has_core() const { return S != nullptr || R != nullptr; }
+  std::function<std::unique_ptr<head_core<T>>(const context&, Index c)> core;  // for channel c's head
+  Index head_dim = 0;  // P of a head-shared core (0: none)
+  Index state = 0;     // N of the core (the head path's cost)
+  bool has_core() const { return S != nullptr || R != nullptr || bool(core); }
   bool trivial() const { return !has_core() && conv == nullptr && post.empty() && pre.empty(); }
+  Index width() const { return conv ? conv->width() : 1; }
+  /// The core is a Semiseparable: the (channel, state) GEMMs could take the term too.
+  bool plain() const { return S != nullptr; }
 };
 template <class T>
 using mean_terms = std::vector<mean_term<T>>;
@@ -100,9 +132,22 @@ inline constexpr std::size_t max_mean_terms = 64;  ///< beyond this the expansio
 inline constexpr Index max_mean_conv = 16;         ///< widest convolution folded into a core's injection
 inline constexpr Index mean_block = 64;            ///< tokens per block of G
 
-/// Expands n into out; false when n is not a sum of terms of the form above.
+/// node's matrix is its head's (head_dim channels per head, state N): a head core of one.
 template <class T, class Node>
-bool expand_mean(const Node& n, const context& cx, mean_terms<T>& out) {
+void set_head_core(mean_term<T>& one, const Node& node, Index head_dim, Index state) {
+  one.core = [&node](const context& c, Index ch) -> std::unique_ptr<head_core<T>> {
+    return std::make_unique<head_core_of<Node, T>>(node, c, ch);
+  };
+  one.head_dim = head_dim;
+  one.state = state;
+}
+
+/// Expands n into out, the one expansion of both mean paths (a product distributes over sums, a
+/// diagonal joins the nearest core's left or right factor, a convolution must stay rightmost);
+/// false when n is not a sum of terms of the form above. Which path can take the terms is decided
+/// afterwards (channel_path_takes, head_mean.hpp's make_head_plan).
+template <class T, class Node>
+bool expand_terms(const Node& n, const context& cx, mean_terms<T>& out) {
   out.clear();
   mean_term<T> one;
   if constexpr (std::is_same_v<Node, Diagonal<T>>) {
@@ -115,24 +160,34 @@ bool expand_mean(const Node& n, const context& cx, mean_terms<T>& out) {
     one.post.f.push_back({v->data(), cx.L});
     one.post.owned.push_back(std::move(v));
   } else if constexpr (std::is_same_v<Node, Identity>) {
-  } else if constexpr (std::is_same_v<Node, Semiseparable<T>>) {
-    one.S = &n;
-  } else if constexpr (std::is_same_v<Node, LinearRecurrence<T>>) {
-    one.R = &n;
   } else if constexpr (std::is_same_v<Node, CausalConv<T>>) {
     one.conv = &n;
+  } else if constexpr (std::is_same_v<Node, Semiseparable<T>>) {
+    one.S = &n;
+    set_head_core<T>(one, n, n.head_dim(), n.state());
+  } else if constexpr (std::is_same_v<Node, LinearRecurrence<T>>) {
+    one.R = &n;
+    one.state = 1;
+  } else if constexpr (std::is_same_v<Node, RowNormalize<Semiseparable<T>>>) {
+    // diag(1 / (S_h 1)) S_h: shared by the head too
+    set_head_core<T>(one, n, n.inner().head_dim(), n.inner().state() + 1);
+  } else if constexpr (std::is_same_v<Node, Transition<T>>) {
+    // the head's matrix (backend/cpu/transition.hpp computes it once per head)
+    set_head_core<T>(one, n, n.head_dim(), n.state());
+  } else if constexpr (std::is_same_v<Node, ComplexSemiseparable<T>>) {
+    set_head_core<T>(one, n, n.head_dim(), 2 * n.state());  // rank 2N real tiles per head
   } else if constexpr (is_scaled_node<Node>::value) {
-    if (!expand_mean<T>(n.inner(), cx, out)) return false;
+    if (!expand_terms<T>(n.inner(), cx, out)) return false;
     for (auto& t : out) t.weight *= n.factor();
     return true;
   } else if constexpr (is_sum_node<Node>::value) {
     mean_terms<T> b;
-    if (!expand_mean<T>(n.left(), cx, out) || !expand_mean<T>(n.right(), cx, b)) return false;
+    if (!expand_terms<T>(n.left(), cx, out) || !expand_terms<T>(n.right(), cx, b)) return false;
     for (auto& t : b) out.push_back(std::move(t));
     return out.size() <= max_mean_terms;
   } else if constexpr (is_product_node<Node>::value) {
     mean_terms<T> a, b;
-    if (!expand_mean<T>(n.left(), cx, a) || !expand_mean<T>(n.right(), cx, b)) return false;
+    if (!expand_terms<T>(n.left(), cx, a) || !expand_terms<T>(n.right(), cx, b)) return false;
     if (a.size() * b.size() > max_mean_terms) return false;
     for (const auto& x : a)
       for (const auto& y : b) {
@@ -140,22 +195,16 @@ bool expand_mean(const Node& n, const context& cx, mean_terms<T>& out) {
         if (x.conv) {  // a convolution must be the rightmost factor
           if (!y.trivial()) return false;
           r = x;
-        } else if (x.has_core()) {
+        } else if (x.has_core()) {  // core · diag: y's diagonals join the right-hand side
           if (y.has_core()) return false;
-          r.post = x.post;
-          r.S = x.S;
-          r.R = x.R;
-          r.pre = x.pre;
+          r = x;
           r.pre.append(y.post);
           r.pre.append(y.pre);
           r.conv = y.conv;
-        } else {  // x is a diagonal: it joins y's left-hand diagonal
+        } else {  // diag · y: x joins y's left-hand diagonal
+          r = y;
           r.post = x.post;
           r.post.append(y.post);
-          r.S = y.S;
-          r.R = y.R;
-          r.pre = y.pre;
-          r.conv = y.conv;
         }
         r.weight = x.weight * y.weight;
         if (r.has_core() && r.conv && r.conv->width() > max_mean_conv) return false;
@@ -167,6 +216,19 @@ bool expand_mean(const Node& n, const context& cx, mean_terms<T>& out) {
   }
   out.push_back(std::move(one));
   return true;
+}
+
+/// Whether this file's (channel, state) GEMMs take the terms: every core a Semiseparable or a
+/// LinearRecurrence.
+template <class T>
+bool channel_path_takes(const mean_terms<T>& terms) {
+  return std::all_of(terms.begin(), terms.end(), [](const mean_term<T>& t) { return !t.has_core() || t.S || t.R; });
+}
+
+/// Expands n for this file's path; false when n is not a sum of terms it takes.
+template <class T, class Node>
+bool expand_mean(const Node& n, const context& cx, mean_terms<T>& out) {
+  return expand_terms<T>(n, cx, out) && channel_path_takes(out);
 }
 
 // The mean of one term with a core, added transposed into outT (see the header comment).
@@ -343,13 +405,14 @@ class mean_core_term {
   // block's decay.
   void token_step(Index t, Index b0, Matrix<T>& outT, window& w, T* f, T* decay) {
     const Index Kb = K_ - 1 + delta_;
-    if (t + 1 >= Kb) {  // every diagonal exists: the unrolled forms for the common widths
+    // Every diagonal exists: the unrolled forms for the widths the models have (no convolution: 0,
+    // strict: 1; a 4-tap convolution: 3). Each form is a kernel of its own to compile (issue 19
+    // part 5), so the rarer widths take the general one.
+    if (t + 1 >= Kb) {
       switch (Kb) {
         case 0: return token_pass<0>(t, b0, Kb, outT, w, f, decay);
         case 1: return token_pass<1>(t, b0, Kb, outT, w, f, decay);
-        case 2: return token_pass<2>(t, b0, Kb, outT, w, f, decay);
         case 3: return token_pass<3>(t, b0, Kb, outT, w, f, decay);
-        case 4: return token_pass<4>(t, b0, Kb, outT, w, f, decay);
         default: break;
       }
     }

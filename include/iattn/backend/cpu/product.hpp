@@ -18,6 +18,7 @@
 #include "../../ops/scaled.hpp"
 #include "../../ops/semiseparable.hpp"
 #include "../../ops/sum.hpp"
+#include "gemm.hpp"
 #include "tile.hpp"
 
 #include <algorithm>
@@ -201,13 +202,14 @@ void dense_product(const EvA& a, const EvB& b, product_structure st, Index L, In
   if (st.b_lower) lo = std::max(lo, j0);
   if (st.b_upper) hi = std::min(hi, j1);
   out.set_zero();
-  auto dst = out.map();
   for (Index k0 = lo; k0 < hi; k0 += 4 * tile_size) {
     const Index k1 = std::min(hi, k0 + 4 * tile_size);
     tile_buffer<T> ta(i1 - i0, k1 - k0), tb(k1 - k0, j1 - j0);
     a.block(i0, i1, k0, k1, ta.view);
     b.block(k0, k1, j0, j1, tb.view);
-    dst.noalias() += ta.view.map() * tb.view.map();
+    // out += ta tb (the factors' tiles are evaluated first: they may use this thread's scratch too)
+    gemm(gemm_thread_scratch<T>(), i1 - i0, j1 - j0, k1 - k0, T(1), ta.view.data, k1 - k0, tb.view.data, j1 - j0, true,
+         out.data, out.stride, true);
   }
 }
 

@@ -12,6 +12,7 @@
 
 #include "../../ops/semiseparable.hpp"
 #include "decay_tiles.hpp"
+#include "gemm.hpp"
 #include "simd.hpp"
 #include "tile.hpp"
 
@@ -124,9 +125,6 @@ struct slab_eval<Semiseparable<T>> {
   // three GEMMs per chunk and group, and one (chunk, chunk) x (chunk, P) GEMM per head.
   static void run_chunked(const Semiseparable<T>& n, const context& cx, Index c0, Index nc, const T* x, T* y,
                           const row_ops<T>* sc) {
-    using map = Eigen::Map<Matrix<T>, 0, Eigen::OuterStride<>>;
-    using cmap = Eigen::Map<const Matrix<T>, 0, Eigen::OuterStride<>>;
-    using vec = Eigen::Matrix<T, Eigen::Dynamic, 1>;
     const Index L = cx.L, N = n.state(), P = n.head_dim(), Tk = ssd_chunk, ld = n.B().cols();
     // Runs of channels [j0, j1) whose heads share a group.
     struct group_run { Index g, j0, j1; };
@@ -136,49 +134,73 @@ struct slab_eval<Semiseparable<T>> {
       if (!runs.empty() && runs.back().g == n.group_of_head(h)) runs.back().j1 = j1;
       else runs.push_back({n.group_of_head(h), j0, j1});
     }
-    Matrix<T> state = Matrix<T>::Zero(N, nc), xin(Tk, nc), xs(Tk, nc), Z(Tk, nc), CB(Tk, Tk), M(Tk, Tk);
-    vec seg(Tk), ex(Tk), ep(Tk);
+    // Row-major buffers: the state h (N, nc); the chunk's input X, X' and C h (Tk, nc); C B^T and
+    // its masked form (Tk, Tk); B^T (N, Tk). The products run on gemm.hpp's kernel.
+    auto buffer = [](Index size) { return std::vector<T>(static_cast<std::size_t>(size), T(0)); };
+    std::vector<T> state = buffer(N * nc), xin = buffer(Tk * nc), xs = buffer(Tk * nc), Z = buffer(Tk * nc),
+                   CB = buffer(Tk * Tk), M = buffer(Tk * Tk), BgT = buffer(N * Tk), seg = buffer(Tk), ex = buffer(Tk),
+                   ep = buffer(Tk);
+    gemm_scratch<T> gs;
+    T* const h = state.data();
     for (Index t0 = 0; t0 < L; t0 += Tk) {
       const Index tc = std::min(Tk, L - t0);
       const bool carry = t0 > 0, pass_on = t0 + tc < L;  // a state comes in / goes out
       for (Index i = 0; i < tc; ++i) {
-        T* row = xin.row(i).data();
+        T* row = xin.data() + i * nc;
         const T* in = input_row(sc, t0 + i, c0, nc, x, row);
         if (in != row) std::copy(in, in + nc, row);
       }
-      map Y(output_row(sc, t0, nc, y), tc, nc, Eigen::OuterStride<>(sc ? sc->y_stride(nc) : nc));
+      T* Y = output_row(sc, t0, nc, y);
+      const Index ldy = sc ? sc->y_stride(nc) : nc;
       for (const group_run& r : runs) {
-        const cmap Bg(n.B().row(t0) + r.g * N, tc, N, Eigen::OuterStride<>(ld));
-        const cmap Cg(n.C().row(t0) + r.g * N, tc, N, Eigen::OuterStride<>(ld));
+        const T* Bg = n.B().row(t0) + r.g * N;  // (tc, N), row stride ld
+        const T* Cg = n.C().row(t0) + r.g * N;
         const Index wr = r.j1 - r.j0;
-        CB.topLeftCorner(tc, tc).noalias() = Cg * Bg.transpose();
-        if (carry) Z.block(0, r.j0, tc, wr).noalias() = Cg * state.middleCols(r.j0, wr);
+        gemm(gs, tc, tc, N, T(1), Cg, ld, Bg, ld, false, CB.data(), Tk, false);  // C B^T
+        if (carry) gemm(gs, tc, wr, N, T(1), Cg, ld, h + r.j0, nc, true, Z.data() + r.j0, nc, false);  // C h
         for (Index j0 = r.j0; j0 < r.j1;) {
-          const Index h = (c0 + j0) / P, w = std::min(r.j1, (h + 1) * P - c0) - j0;
+          const Index hd = (c0 + j0) / P, w = std::min(r.j1, (hd + 1) * P - c0) - j0;
           // Row i of C B^T o exp(seg); ex ends as exp(seg(last, .)), ep as pre.
           T run = 0;
           for (Index i = 0; i < tc; ++i) {
-            const T li = n.lambda()(t0 + i, h);
+            const T li = n.lambda()(t0 + i, hd);
             run += li;
-            ep[i] = run;
-            for (Index j = 0; j < i; ++j) seg[j] += li;
-            seg[i] = T(0);
+            ep[std::size_t(i)] = run;
+            for (Index j = 0; j < i; ++j) seg[std::size_t(j)] += li;
+            seg[std::size_t(i)] = T(0);
             exp_into(i + 1, seg.data(), ex.data());
-            for (Index j = 0; j <= i; ++j) M(i, j) = CB(i, j) * ex[j];
-            for (Index j = i + 1; j < tc; ++j) M(i, j) = T(0);
+            T* mi = M.data() + i * Tk;
+            const T* cb = CB.data() + i * Tk;
+            for (Index j = 0; j <= i; ++j) mi[j] = cb[j] * ex[std::size_t(j)];
+            for (Index j = i + 1; j < tc; ++j) mi[j] = T(0);
           }
-          const auto Xh = xin.block(0, j0, tc, w);
-          auto Yh = Y.middleCols(j0, w);
-          Yh.noalias() = M.topLeftCorner(tc, tc) * Xh;
+          gemm(gs, tc, w, tc, T(1), M.data(), Tk, xin.data() + j0, nc, true, Y + j0, ldy, false);  // Y_h = M X_h
           if (carry) {
             exp_into(tc, ep.data(), ep.data());
-            Yh.noalias() += ep.head(tc).asDiagonal() * Z.block(0, j0, tc, w);
-            if (pass_on) state.middleCols(j0, w) *= ep[tc - 1];
+            for (Index i = 0; i < tc; ++i) {  // Y_h += diag(exp(pre)) C h
+              T* yi = Y + i * ldy + j0;
+              const T* zi = Z.data() + i * nc + j0;
+              const T e = ep[std::size_t(i)];
+              for (Index c = 0; c < w; ++c) yi[c] += e * zi[c];
+            }
+            if (pass_on)
+              for (Index m = 0; m < N; ++m)
+                for (Index c = 0; c < w; ++c) h[m * nc + j0 + c] *= ep[std::size_t(tc - 1)];
           }
-          if (pass_on) xs.block(0, j0, tc, w).noalias() = ex.head(tc).asDiagonal() * Xh;
+          if (pass_on)
+            for (Index i = 0; i < tc; ++i) {  // X' = diag(exp(seg(last, .))) X_h
+              const T e = ex[std::size_t(i)];
+              const T* xi = xin.data() + i * nc + j0;
+              T* si = xs.data() + i * nc + j0;
+              for (Index c = 0; c < w; ++c) si[c] = e * xi[c];
+            }
           j0 += w;
         }
-        if (pass_on) state.middleCols(r.j0, wr).noalias() += Bg.transpose() * xs.block(0, r.j0, tc, wr);
+        if (pass_on) {  // h += B^T X'
+          for (Index i = 0; i < tc; ++i)
+            for (Index m = 0; m < N; ++m) BgT[std::size_t(m * Tk + i)] = Bg[i * ld + m];
+          gemm(gs, N, wr, tc, T(1), BgT.data(), Tk, xs.data() + r.j0, nc, true, h + r.j0, nc, true);
+        }
       }
       for (Index i = 0; i < tc; ++i) finish_row(sc, t0 + i, c0, nc, output_row(sc, t0 + i, nc, y));
     }

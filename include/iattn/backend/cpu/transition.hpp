@@ -1,36 +1,49 @@
 // iattn/backend/cpu/transition.hpp: CPU evaluator of Transition (ops/transition.hpp).
 //
-// apply:   per head met by the slab (only the channels of a cut head that lie in it), the state
-//          Y (N x n, the head's n channels of the slab) runs the recurrence one token at a time,
-//            Y <- Diag(e^lambda_t) Y + sum_r b_{t,r} w_r^T + k_t x_t^T,   y_t = Y^T q_t,
-//          with w_r = a_{t,r}^T Y_{t-1} accumulated by the previous token's pass. One pass over Y
-//          per token (N n (2R + 3) multiply-adds), vectorised across the head's channels, the
-//          projections held in registers; A_t is never formed. O(L N P (R + 2)) per head.
-// apply_t: the anti-causal transposed recurrence, the same pass with the roles of a and b and of q
-//          and k exchanged: G_s = A_{s+1}^T G_{s+1} + q_s x_s^T, y_s = G_s^T k_s,
-//          A^T = Diag(e^lambda) + sum_r a_r b_r^T.
-// tiles:   the head's lower-triangular L x L matrix, tile_size x tile_size tiles computed once on
-//          first use: column block J is H E_J, the forward scan from token j0 on the identity
-//          columns of J, advanced one row block at a time (tile (I, J) costs tile_size^2 N (2R + 3)
-//          multiply-adds given the scan state after tile (I-1, J)). A full materialize costs
-//          O(L^2 N (R + 1)) and keeps the lower triangle (L^2 / 2 numbers) while the evaluator lives;
-//          one tile (I, J) alone costs the I - J + 1 tiles above it, O(L tile_size) memory at most.
-//          Threads walking consecutive row blocks (the drivers' tile loops) pipeline along the
-//          column blocks (a mutex per column block). The channels of one head share one such matrix
-//          while their evaluators are alive (a registry keyed by the node and the head), so a mean
-//          over a head's P channels scans the head once.
-// Vectorised across the head's value channels (P below the SIMD width runs at width 1).
+// apply:   per head met by the slab (only the channels of a cut head that lie in it), chunks of 32
+//          tokens in the chunked (UT / WY) form of transition_chunk.hpp: the chunk's factors (pair
+//          matrices, the unit-triangular solve) once per chunk and head, then the head's n channels
+//          through three GEMMs on the state S (N x n), token-major,
+//            U = W1 [S; V],   Y = W2 [S; V; U],   S <- Diag(gamma) S + W3 [V; U],
+//          (N + C) C R + (N + C (1 + R) / 2) C + N C (1 + R) multiply-adds per chunk and channel,
+//          4N + 1.5C per token at R = 1; with collapsed writes (the delta rules: every b = c k),
+//          W = W1 [S; V], Y = W2 [S; W], S <- Diag(gamma) S + W3 W, 3N + C per token. Plus, per
+//          chunk and head, O(C^2 N R^2) for the factors. A chunk whose coefficients the chunked form
+//          does not take (a reset lambda = -inf, a positive log-decay, a non-finite coefficient or
+//          value, R > 4, growing products: transition_chunk.hpp) runs the recurrence token by token
+//          (transition_scan.hpp, O(N n (2R + 3)) per token) on the same state, and so does every
+//          chunk of a head for which chunk_pays, a cost model of the two forms, finds the
+//          recurrence cheaper (few channels per head; rank-2 writes at N = P = 64, RWKV-7's shape).
+// apply_t: the anti-causal transposed recurrence, token by token (transition_scan.hpp).
+// tiles:   one head's lower-triangular L x L matrix from per-chunk summaries of 64 tokens
+//          (transition_chunk.hpp: Qeff (C x N), the diagonal tile Meff, Keff (N x C), the chunk's
+//          product Phi (N x N); each computed once on first use, by the chunked form or, where it
+//          does not apply, by the recurrence on identity columns). Row block I is computed on first
+//          use from its diagonal tile leftwards, as far as asked:
+//            H[I, J] = R Keff_J,   R <- R Phi_J,   R = Qeff_I at the start,
+//          a (C x N)(N x C) and a (C x N)(N x N) product per tile: O(L^2 N (1 + N / C) / 2) for a
+//          whole materialize, independent of R. Row blocks are independent, so the drivers'
+//          parallel row loops scale; each keeps its tiles while the evaluator lives (L^2 / 2 numbers
+//          for a full matrix). One tile (I, J) alone costs the I - J steps to its right and the
+//          summaries of chunks J..I. The channels of one head share one such matrix while their
+//          evaluators are alive (a registry keyed by the node and the head), so a mean over a head's
+//          P channels computes the head once.
 #pragma once
 
 #include "../../ops/transition.hpp"
+#include "gemm.hpp"
 #include "simd.hpp"
 #include "tile.hpp"
+#include "transition_chunk.hpp"
+#include "transition_kernels.hpp"
+#include "transition_scan.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -39,267 +52,240 @@ namespace iattn::cpu_detail {
 
 namespace transition_detail {
 
-/// One head's coefficient rows.
+/// What the tiles need of one chunk (header comment): Qeff (C, N), rows q_t^T A_t ... A_0; the
+/// diagonal tile Meff (C, C); and packed for the products that read them (gemm_pack_a_t of their
+/// (N, C) and (N, N) forms): Keff, the chunk's state on its own identity columns, and Phi, the
+/// chunk's product.
 template <class T>
-struct head_view {
-  const Transition<T>* n;
-  Index h, N, R;
-  head_view(const Transition<T>& node, Index head) : n(&node), h(head), N(node.state()), R(node.rank()) {}
-  const T* q(Index t) const { return n->q().row(t) + h * N; }
-  const T* k(Index t) const { return n->k().row(t) + h * N; }
-  const T* a(Index t) const { return n->a().row(t) + h * R * N; }  // R x N, only when R > 0
-  const T* b(Index t) const { return n->b().row(t) + h * R * N; }
-  /// e[m] = exp(lambda_t[h, m]) for m < N.
-  void decays(Index t, T* e) const {
-    if (n->per_key()) {
-      const T* lam = n->lambda().row(t) + h * N;
-      simd::for_packs<T>(N, [&](auto w, Index m) {
-        using P = simd::pack<T, decltype(w)::value>;
-        exp(P::load(lam + m)).store(e + m);
-      });
-    } else {
-      std::fill(e, e + N, T(std::exp(n->lambda()(t, h))));
-    }
+struct chunk_summary {
+  rmat<T> Qeff, Meff, Keff, Phi;  // Keff and Phi also as they are, for the superblocks' products
+  std::vector<T> Keff_p, Phi_p;
+  void pack(const T* K, Index ldk, const T* Ph, Index ldp, Index N, Index C) {
+    Keff_p.resize(std::size_t(gemm_padded_rows<T>(C) * N));
+    Phi_p.resize(std::size_t(gemm_padded_rows<T>(N) * N));
+    gemm_pack_a_t(K, ldk, C, N, Keff_p.data());
+    gemm_pack_a_t(Ph, ldp, N, N, Phi_p.data());
+    Keff.resize(N, C), Phi.resize(N, N);
+    for (Index m = 0; m < N; ++m) std::copy_n(K + m * ldk, C, Keff.data() + m * C);
+    for (Index m = 0; m < N; ++m) std::copy_n(Ph + m * ldp, N, Phi.data() + m * N);
   }
 };
 
-/// What one step reads: Y <- Diag(e) Y + sum_r u_r w_r^T + in x^T, y = Y^T out, wn_r = Y^T next_r.
+/// What the tiles need of a superblock of super_chunks chunks (every chunk of it full): its
+/// product Phi^ = Phi_e ... Phi_b and its state on its own identity columns K^ (N, super_chunks C),
+/// K^ column block j = Phi_e ... Phi_{j+1} Keff_j, both packed as the tiles' products read them.
 template <class T>
-struct step_coeffs {
-  const T* e;     // N
-  const T* u;     // R x N
-  const T* in;    // N
-  const T* out;   // N
-  const T* next;  // R x N
+struct super_summary {
+  std::vector<T> K_p, Phi_p;
+};
+inline constexpr Index super_chunks = 4;  ///< chunks per superblock of the tiles' row walk
+
+/// The summary from the chunked factors: with X the columns of W2 on U (Mqb, or Mqk collapsed) and
+/// Y those of W3 (B~^T, or K~^T collapsed), Qeff = Q' + X A1, Meff = Mqk + X A2, Keff = K~^T + Y A2,
+/// Phi = Diag(gamma) + Y A1 (the V terms Mqk and K~^T only when the writes do not collapse).
+template <class T>
+void summarize(const chunk_factors<T>& f, chunk_summary<T>& s) {
+  constexpr Index MR = gemm_mr<T>;
+  const Index N = f.N, C = f.C, nu = f.nu, vc = f.vc, w1 = N + C, w2 = N + vc + nu, w3 = vc + nu;
+  s.Qeff = f.W2.leftCols(N);
+  rmat<T> Keff = rmat<T>::Zero(N, C), Phi = rmat<T>::Zero(N, N);
+  s.Meff.setZero(C, C);
+  if (vc > 0) s.Meff = f.W2.middleCols(N, C), Keff = f.W3.leftCols(C);
+  for (Index m = 0; m < N; ++m) Phi(m, m) = f.gamma[std::size_t(m)];
+  if (nu > 0) {
+    std::vector<T> a1(std::size_t(gemm_padded_rows<T>(N) * nu)), a2(std::size_t(gemm_padded_rows<T>(C) * nu));
+    gemm_pack_a_t(f.W1.data(), w1, N, nu, a1.data());      // A1^T
+    gemm_pack_a_t(f.W1.data() + N, w1, C, nu, a2.data());  // A2^T
+    const T* X = f.W2.data() + N + vc;  // (C, nu), row stride w2
+    const T* Y = f.W3.data() + vc;      // (N, nu), row stride w3
+    mul_packed(C, N, nu, X, w2, a1.data(), MR * nu, s.Qeff.data(), N);
+    mul_packed(C, C, nu, X, w2, a2.data(), MR * nu, s.Meff.data(), C);
+    mul_packed(N, C, nu, Y, w3, a2.data(), MR * nu, Keff.data(), C);
+    mul_packed(N, N, nu, Y, w3, a1.data(), MR * nu, Phi.data(), N);
+  }
+  for (Index t = 0; t < C; ++t) s.Meff.row(t).tail(C - 1 - t).setZero();  // exact zeros above the diagonal
+  s.pack(Keff.data(), C, Phi.data(), N, N, C);
+}
+
+/// The summary by the recurrence (any coefficients): the scan of tokens [t0, t0 + C) from the
+/// state [I_N | 0] on the inputs [0 | I_C] reads [Qeff | Meff] and ends in [Phi | Keff].
+template <class T>
+void summarize_by_recurrence(const head_view<T>& hv, Index t0, Index C, chunk_summary<T>& s) {
+  const Index N = hv.N, R = hv.R, n = N + C;
+  workspace<T> ws(N, R, n);
+  for (Index m = 0; m < N; ++m) ws.Y[std::size_t(m * n + m)] = T(1);
+  if (R > 0 && t0 > 0)  // the projections of the initial state, a_{t0,r}^T [I | 0]
+    for (Index r = 0; r < R; ++r) std::copy_n(hv.a(t0) + r * N, N, ws.w.data() + r * n);
+  rmat<T> x = rmat<T>::Zero(C, n), y(C, n);
+  for (Index t = 0; t < C; ++t) x(t, N + t) = T(1);
+  scan_forward(hv, 0, t0, t0 + C, ws, [&](Index t) { return x.data() + (t - t0) * n; },
+               [&](Index t) { return y.data() + (t - t0) * n; });
+  s.Qeff = y.leftCols(N);
+  s.Meff = y.rightCols(C);
+  for (Index t = 0; t < C; ++t) s.Meff.row(t).tail(C - 1 - t).setZero();
+  s.pack(ws.Y.data() + N, n, ws.Y.data(), n, N, C);
+}
+
+/// apply's choice between the chunked form and the recurrence: 0 decides per head with
+/// chunk_pays; 1 takes the chunked form wherever it applies, -1 never (the tests' switches).
+struct chunk_tuning {
+  static inline int force = 0;
 };
 
-/// Packs of channels one pass over the state carries together, by the compile-time rank RC:
-/// independent accumulation chains (the readout and the projections are sums over the N rows) and
-/// whole cache lines of each row, as many as the registers hold (rank 2 keeps twice the
-/// projections live, any rank keeps them in memory).
-template <int RC>
-inline constexpr int step_group = RC < 0 ? 1 : RC <= 1 ? 4 : 2;
-
-/// Channels [j, j + G W) of one token (see step).
-template <class T, int RC, int W, int G>
-inline void step_packs(Index N, Index R, Index n, T* Y, const step_coeffs<T>& c, const T* w, T* wn, const T* x, T* y,
-                       Index j) {
-  using P = simd::pack<T, W>;
-  P xv[G], o[G];
-  for (int g = 0; g < G; ++g) {
-    xv[g] = P::load(x + j + g * W);
-    o[g] = P::broadcast(T(0));
-  }
-  T* yp = Y + j;
-  if constexpr (RC >= 0) {
-    constexpr int RS = RC > 0 ? RC : 1;
-    P wr[RS][G], acc[RS][G];
-    for (int r = 0; r < RC; ++r)
-      for (int g = 0; g < G; ++g) {
-        wr[r][g] = P::load(w + r * n + j + g * W);
-        acc[r][g] = P::broadcast(T(0));
-      }
-    for (Index m = 0; m < N; ++m, yp += n) {
-      const P e = P::broadcast(c.e[m]), in = P::broadcast(c.in[m]), out = P::broadcast(c.out[m]);
-      P v[G];
-      for (int g = 0; g < G; ++g) v[g] = fma(e, P::load(yp + g * W), in * xv[g]);
-      for (int r = 0; r < RC; ++r) {
-        const P u = P::broadcast(c.u[r * N + m]);
-        for (int g = 0; g < G; ++g) v[g] = fma(u, wr[r][g], v[g]);
-      }
-      for (int g = 0; g < G; ++g) {
-        v[g].store(yp + g * W);
-        o[g] = fma(out, v[g], o[g]);
-      }
-      for (int r = 0; r < RC; ++r) {
-        const P nx = P::broadcast(c.next[r * N + m]);
-        for (int g = 0; g < G; ++g) acc[r][g] = fma(nx, v[g], acc[r][g]);
-      }
-    }
-    for (int r = 0; r < RC; ++r)
-      for (int g = 0; g < G; ++g) acc[r][g].store(wn + r * n + j + g * W);
-  } else {  // any rank, the projections through memory (G = 1)
-    static_assert(G == 1, "the any-rank step takes one pack at a time");
-    for (Index r = 0; r < R; ++r) P::broadcast(T(0)).store(wn + r * n + j);
-    for (Index m = 0; m < N; ++m, yp += n) {
-      P v = fma(P::broadcast(c.e[m]), P::load(yp), P::broadcast(c.in[m]) * xv[0]);
-      for (Index r = 0; r < R; ++r) v = fma(P::broadcast(c.u[r * N + m]), P::load(w + r * n + j), v);
-      v.store(yp);
-      o[0] = fma(P::broadcast(c.out[m]), v, o[0]);
-      for (Index r = 0; r < R; ++r)
-        fma(P::broadcast(c.next[r * N + m]), v, P::load(wn + r * n + j)).store(wn + r * n + j);
-    }
-  }
-  for (int g = 0; g < G; ++g) o[g].store(y + j + g * W);
+/// Whether the chunked form pays for a head of n channels (N states, rank R, its first chunk's
+/// writes collapsed or not), by multiply-adds per token weighted by the throughput each kind runs
+/// at on the development machines (docs/performance.md): the chunk GEMMs near 0.8 of the FMA peak,
+/// the recurrence near 0.45, the per-chunk factors (pair matrices, solve, copies, checks) near 0.25.
+/// Gated DeltaNet at N = P = 128 takes the chunked form; RWKV-7 at N = P = 64 (rank-2 writes) and
+/// heads of a few channels keep the recurrence.
+inline bool chunk_pays(Index N, Index n, Index R, bool per_key, bool collapsed) {
+  const double C = double(apply_chunk_len), Nd = double(N), nd = double(n), Rd = double(R);
+  const double gemm = collapsed ? 3 * Nd + C : (Nd + C / 2) * Rd + Nd + (C + C * Rd) / 2 + Nd * (1 + Rd);
+  const double factors = (per_key ? 3.0 : 1.5) * C * Nd * (collapsed ? 2.0 : Rd + 1);
+  const double recurrence = Nd * nd * (2 * Rd + 3);
+  return gemm * nd / 0.8 + factors / 0.25 < recurrence / 0.45;
 }
 
-/// One token on the state Y (N rows of n entries, row stride n):
-///   Y <- Diag(e) Y + sum_r u_r w_r^T + in x^T,   y = Y^T out,   wn_r = Y^T next_r,
-/// w (R x n) holding the old state's projections, wn receiving the new one's. One pass over Y,
-/// vectorised across the n channels, step_group packs at a time; with a compile-time rank RC the
-/// projections stay in registers for the whole pass over the N rows, RC = -1 runs any R through
-/// memory. One body at the SIMD width and at width 1 for the tail.
-template <class T, int RC>
-void step(Index N, Index R, Index n, T* Y, const step_coeffs<T>& c, const T* w, T* wn, const T* x, T* y) {
-  constexpr int W = simd::width<T>, G = step_group<RC>;
-  Index j = 0;
-  for (; j + G * W <= n; j += G * W) step_packs<T, RC, W, G>(N, R, n, Y, c, w, wn, x, y, j);
-  if constexpr (G > 1)
-    for (; j + W <= n; j += W) step_packs<T, RC, W, 1>(N, R, n, Y, c, w, wn, x, y, j);
-  if constexpr (W > 1)
-    for (; j < n; ++j) step_packs<T, RC, 1, 1>(N, R, n, Y, c, w, wn, x, y, j);
-}
-
-/// The state of one scan over n channels and its scratch.
-template <class T>
-struct workspace {
-  Index n;
-  std::vector<T> e, zeros, Y, w, wn;
-  workspace(Index N, Index R, Index channels)
-      : n(channels), e(std::size_t(N)), zeros(std::size_t(std::max<Index>(R, 1) * N), T(0)),
-        Y(std::size_t(N * channels), T(0)), w(std::size_t(std::max<Index>(R, 1) * channels), T(0)), wn(w.size()) {}
-};
-
-/// Calls f(std::integral_constant<int, RC>) with RC = R for R <= 2, else -1 (any rank).
-template <class F>
-void with_rank(Index R, F&& f) {
-  if (R == 0) f(std::integral_constant<int, 0>{});
-  else if (R == 1) f(std::integral_constant<int, 1>{});
-  else if (R == 2) f(std::integral_constant<int, 2>{});
-  else f(std::integral_constant<int, -1>{});
-}
-
-/// Tokens [t_begin, t_end) of the forward scan of one head that starts at token t0 with a zero
-/// state (token t0 is read without a transition; ws is fresh there): y_t = sum_{s=t0..t} H[t, s] x_s
-/// on ws.n channels, x and y rows given by xrow(t) and yrow(t). A later call continues the scan.
-template <class T, class XRow, class YRow>
-void scan_forward(const head_view<T>& hv, Index t0, Index t_begin, Index t_end, workspace<T>& ws, XRow&& xrow,
-                  YRow&& yrow) {
-  const Index N = hv.N, R = hv.R, L = hv.n->length();
-  with_rank(R, [&](auto rc) {
-    constexpr int RC = decltype(rc)::value;
-    for (Index t = t_begin; t < t_end; ++t) {
-      step_coeffs<T> c{ws.zeros.data(), ws.zeros.data(), hv.k(t), hv.q(t), ws.zeros.data()};
-      if (t > t0) {
-        hv.decays(t, ws.e.data());
-        c.e = ws.e.data();
-        if (R > 0) c.u = hv.b(t);
-      }
-      if (R > 0 && t + 1 < L) c.next = hv.a(t + 1);
-      step<T, RC>(N, R, ws.n, ws.Y.data(), c, ws.w.data(), ws.wn.data(), xrow(t), yrow(t));
-      std::swap(ws.w, ws.wn);
-    }
-  });
-}
-
-/// The transposed (anti-causal) scan of one head over all L tokens: y_s = sum_{t>=s} H[t, s] x_t.
-template <class T, class XRow, class YRow>
-void scan_backward(const head_view<T>& hv, Index L, workspace<T>& ws, XRow&& xrow, YRow&& yrow) {
-  const Index N = hv.N, R = hv.R;
-  with_rank(R, [&](auto rc) {
-    constexpr int RC = decltype(rc)::value;
-    for (Index s = L - 1; s >= 0; --s) {
-      // G_s = A_{s+1}^T G_{s+1} + q_s x_s^T with A^T = Diag(e) + sum_r a_r b_r^T; y_s = G_s^T k_s.
-      step_coeffs<T> c{ws.zeros.data(), ws.zeros.data(), hv.q(s), hv.k(s), ws.zeros.data()};
-      if (s + 1 < L) {
-        hv.decays(s + 1, ws.e.data());
-        c.e = ws.e.data();
-        if (R > 0) c.u = hv.a(s + 1);
-      }
-      if (R > 0 && s > 0) c.next = hv.b(s);
-      step<T, RC>(N, R, ws.n, ws.Y.data(), c, ws.w.data(), ws.wn.data(), xrow(s), yrow(s));
-      std::swap(ws.w, ws.wn);
-    }
-  });
-}
-
-/// Calls f(h, j, np) for each head h met by the slab's channels [c0, c0 + nc): its channels are
-/// the slab's columns [j, j + np).
-template <class T, class F>
-void for_heads(const Transition<T>& n, Index c0, Index nc, F&& f) {
-  const Index P = n.head_dim();
-  for (Index c = c0; c < c0 + nc;) {
-    const Index h = c / P, end = std::min(c0 + nc, (h + 1) * P);
-    f(h, c - c0, end - c);
-    c = end;
-  }
-}
-
-/// One head's lower-triangular L x L matrix in tile_size x tile_size tiles, each computed once on
-/// first use. Column block J is H E_J: the forward scan from token j0 on the identity columns of J,
-/// advanced one row block at a time, so tile (I, J) needs the tiles (J..I, J) above it and nothing
-/// else, and threads walking consecutive row blocks (the drivers' tile loops) form a pipeline along
-/// the column blocks instead of waiting for whole columns. A column block's scan state
-/// (N x tile_size) is kept until its last tile is done; the tiles stay (O(L^2 / 2) when all are used).
+/// One head's lower-triangular L x L matrix (see the header): per-chunk summaries, and per row
+/// block the part computed so far, both on first use.
 template <class T>
 class head_matrix {
  public:
   head_matrix(const Transition<T>& n, Index L, Index h)
-      : hv_(n, h), L_(L), nb_((L + tile_size - 1) / tile_size), cols_(std::size_t(nb_)) {
-    for (Index jb = 0; jb < nb_; ++jb) {
-      cols_[std::size_t(jb)] = std::make_unique<column>();
-      cols_[std::size_t(jb)]->next = jb;
-      cols_[std::size_t(jb)]->tiles.resize(std::size_t(nb_ - jb));
-    }
-    for (int k = 0; k < 2; ++k) {
-      const Index w = k == 0 ? tile_size : L % tile_size;
-      eye_[k].assign(std::size_t((w + 1) * w), T(0));
-      for (Index j = 0; j < w; ++j) eye_[k][std::size_t(j * w + j)] = T(1);
-    }
+      : hv_(n, h), L_(L), nb_((L + chunk_len - 1) / chunk_len), ns_(nb_ / super_chunks), sums_(std::size_t(nb_)),
+        supers_(std::size_t(ns_)), once_(new std::once_flag[std::size_t(std::max<Index>(nb_ + ns_, 1))]),
+        rows_(std::size_t(nb_)) {
+    for (auto& r : rows_) r = std::make_unique<row_panel>();
   }
 
   /// H[i0:i1, j0:j1] into out.
   void block(Index i0, Index i1, Index j0, Index j1, tile<T> out) const {
-    for (Index jb = j0 / tile_size; jb * tile_size < j1; ++jb) {
-      const Index b0 = jb * tile_size, width = std::min(L_, b0 + tile_size) - b0;
-      const Index s0 = std::max(j0, b0), s1 = std::min(j1, b0 + width);
-      for (Index ib = i0 / tile_size; ib * tile_size < i1; ++ib) {
-        const Index r0 = std::max(i0, ib * tile_size), r1 = std::min(i1, (ib + 1) * tile_size);
-        const T* src = ib >= jb ? tile_of(ib, jb) : nullptr;
-        for (Index t = r0; t < r1; ++t) {
-          T* dst = out.row(t - i0) + (s0 - j0);
-          if (!src) std::fill(dst, dst + (s1 - s0), T(0));
-          else std::copy_n(src + (t - ib * tile_size) * width + (s0 - b0), s1 - s0, dst);
+    for (Index ib = i0 / chunk_len; ib * chunk_len < i1; ++ib) {
+      const Index b0 = ib * chunk_len, b1 = std::min(L_, b0 + chunk_len);
+      const Index r0 = std::max(i0, b0), r1 = std::min(i1, b1), s1 = std::max(j0, std::min(j1, b1));
+      const row_panel* p = j0 < s1 ? &panel(ib, j0 / chunk_len) : nullptr;  // columns past b1: zeros
+      for (Index t = r0; t < r1; ++t) {
+        T* dst = out.row(t - i0);
+        for (Index s = j0; s < s1;) {  // tile by tile
+          const Index jb = s / chunk_len, e = std::min(s1, std::min(b1, (jb + 1) * chunk_len));
+          Index ld = 0;
+          const T* src = tile_of(*p, ib, jb, ld) + (t - b0) * ld + (s - jb * chunk_len);
+          std::copy(src, src + (e - s), dst + (s - j0));
+          s = e;
         }
+        std::fill(dst + (s1 - j0), dst + (j1 - j0), T(0));
       }
     }
   }
 
  private:
-  struct column {
+  struct row_panel {
     std::mutex mu;
-    Index next = 0;                        // the next row block to compute
-    std::unique_ptr<workspace<T>> state;   // the scan's state after row block next - 1
-    std::vector<std::vector<T>> tiles;     // tiles[ib - jb]: (rows, width) row-major
+    Index low = -1;  // the leftmost column chunk computed; -1: none yet
+    Index phi = 0;   // R = Qeff_I Phi_{I-1} ... Phi_{phi} (phi = I: Qeff_I)
+    rmat<T> R, next;  // (rows, N)
+    std::vector<std::vector<T>> tiles;   // tiles[J], J in the row block's own superblock: (rows, C) or (rows, rows)
+    std::vector<std::vector<T>> strips;  // strips[s], superblocks to the left: (rows, super_chunks C)
   };
 
-  /// Tile (ib, jb), ib >= jb, computed with the ones above it when missing.
-  const T* tile_of(Index ib, Index jb) const {
-    column& col = *cols_[std::size_t(jb)];
-    std::lock_guard<std::mutex> lock(col.mu);
-    while (col.next <= ib) advance(col, jb);
-    return col.tiles[std::size_t(ib - jb)].data();
+  /// Tile (ib, jb) of a computed panel and its row stride.
+  const T* tile_of(const row_panel& p, Index ib, Index jb, Index& ld) const {
+    const Index own = ib / super_chunks * super_chunks;
+    if (jb >= own) {
+      ld = jb == ib ? std::min(L_, (ib + 1) * chunk_len) - ib * chunk_len : chunk_len;
+      return p.tiles[std::size_t(jb - own)].data();
+    }
+    ld = super_chunks * chunk_len;
+    return p.strips[std::size_t(jb / super_chunks)].data() + (jb % super_chunks) * chunk_len;
   }
-  void advance(column& col, Index jb) const {
-    const Index j0 = jb * tile_size, width = std::min(L_, j0 + tile_size) - j0;
-    const Index ib = col.next, i0 = ib * tile_size, i1 = std::min(L_, i0 + tile_size);
-    if (ib == jb) col.state = std::make_unique<workspace<T>>(hv_.N, hv_.R, width);
-    std::vector<T>& buf = col.tiles[std::size_t(ib - jb)];
-    buf.resize(std::size_t((i1 - i0) * width));
-    // x: row t - j0 of the width x width identity on the block's own tokens, zeros after them.
-    const T* eye = eye_[width == tile_size ? 0 : 1].data();
-    scan_forward(
-        hv_, j0, i0, i1, *col.state, [&](Index t) { return eye + std::min(t - j0, width) * width; },
-        [&](Index t) { return buf.data() + (t - i0) * width; });
-    if (ib == jb)
-      for (Index i = 0; i < width; ++i)  // above the diagonal: exact zeros whatever the coefficients
-        std::fill(buf.data() + i * width + i + 1, buf.data() + (i + 1) * width, T(0));
-    if (++col.next == nb_) col.state.reset();
+
+  const chunk_summary<T>& summary(Index jb) const {
+    std::call_once(once_[std::size_t(jb)], [&] {
+      const Index t0 = jb * chunk_len, C = std::min(chunk_len, L_ - t0);
+      chunk_factors<T> f;
+      if (f.compute(hv_, t0, C)) summarize(f, sums_[std::size_t(jb)]);
+      else summarize_by_recurrence(hv_, t0, C, sums_[std::size_t(jb)]);
+    });
+    return sums_[std::size_t(jb)];
   }
+
+  /// Superblock sb's product and state, accumulated from its last chunk leftwards:
+  /// Q = Phi_e, column block e - 1 = Q Keff_{e-1}, Q <- Q Phi_{e-1}, ..., Phi^ = Q Phi_b.
+  const super_summary<T>& super(Index sb) const {
+    std::call_once(once_[std::size_t(nb_ + sb)], [&] {
+      constexpr Index MR = gemm_mr<T>;
+      const Index N = hv_.N, C = chunk_len, W = super_chunks * C, b = sb * super_chunks, e = b + super_chunks - 1;
+      rmat<T> K = rmat<T>::Zero(N, W), Q = summary(e).Phi, next(N, N);
+      K.rightCols(C) = summary(e).Keff;  // column block e: Keff_e
+      for (Index j = e - 1; j >= b; --j) {
+        mul_packed(N, C, N, Q.data(), N, summary(j).Keff_p.data(), MR * N, K.data() + (j - b) * C, W);
+        next.setZero();
+        mul_packed(N, N, N, Q.data(), N, summary(j).Phi_p.data(), MR * N, next.data(), N);
+        Q.swap(next);
+      }
+      super_summary<T>& s = supers_[std::size_t(sb)];
+      s.K_p.resize(std::size_t(gemm_padded_rows<T>(W) * N));
+      s.Phi_p.resize(std::size_t(gemm_padded_rows<T>(N) * N));
+      gemm_pack_a_t(K.data(), W, W, N, s.K_p.data());
+      gemm_pack_a_t(Q.data(), N, N, N, s.Phi_p.data());
+    });
+    return supers_[std::size_t(sb)];
+  }
+
+  /// Row block ib with at least its tiles [jb, ib] computed, kept while the evaluator lives (in
+  /// 16 KiB tiles and superblock strips: reused heap memory rather than fresh pages on a repeated
+  /// evaluation). Leftwards from the diagonal: chunk by chunk inside the row block's own
+  /// superblock, then a superblock at a time, R <- R Phi^ (N / (4 C) of the tiles' products
+  /// instead of N / C).
+  const row_panel& panel(Index ib, Index jb) const {
+    constexpr Index MR = gemm_mr<T>;
+    row_panel& p = *rows_[std::size_t(ib)];
+    std::lock_guard<std::mutex> lock(p.mu);
+    const Index rows = std::min(L_, (ib + 1) * chunk_len) - ib * chunk_len, N = hv_.N;
+    const Index own = ib / super_chunks * super_chunks, W = super_chunks * chunk_len;
+    if (p.low < 0) {
+      const chunk_summary<T>& s = summary(ib);
+      p.tiles.resize(std::size_t(ib - own + 1));
+      p.strips.resize(std::size_t(own / super_chunks));
+      p.tiles[std::size_t(ib - own)].assign(s.Meff.data(), s.Meff.data() + rows * rows);
+      p.R = s.Qeff;
+      p.next.resize(rows, N);
+      p.phi = p.low = ib;
+    }
+    auto advance = [&](const std::vector<T>& phi_p) {  // R <- R Phi
+      std::fill(p.next.data(), p.next.data() + rows * N, T(0));
+      mul_packed(rows, N, N, p.R.data(), N, phi_p.data(), MR * N, p.next.data(), N);
+      p.R.swap(p.next);
+    };
+    while (p.low > jb) {
+      if (p.low > own) {  // a tile of the own superblock
+        const Index J = p.low - 1;
+        for (; p.phi > J + 1; --p.phi) advance(summary(p.phi - 1).Phi_p);
+        std::vector<T>& t = p.tiles[std::size_t(J - own)];
+        t.assign(std::size_t(rows * chunk_len), T(0));
+        mul_packed(rows, chunk_len, N, p.R.data(), N, summary(J).Keff_p.data(), MR * N, t.data(), chunk_len);
+        p.low = J;
+      } else {  // a strip of the superblock to the left
+        const Index sb = p.low / super_chunks - 1;
+        while (p.phi > p.low) {  // R up to the superblock's right edge
+          if (p.phi <= own) advance(super(p.phi / super_chunks - 1).Phi_p), p.phi -= super_chunks;
+          else advance(summary(p.phi - 1).Phi_p), --p.phi;
+        }
+        std::vector<T>& st = p.strips[std::size_t(sb)];
+        st.assign(std::size_t(rows * W), T(0));
+        mul_packed(rows, W, N, p.R.data(), N, super(sb).K_p.data(), MR * N, st.data(), W);
+        p.low = sb * super_chunks;
+      }
+    }
+    return p;
+  }
+
   head_view<T> hv_;
-  Index L_, nb_;
-  std::vector<std::unique_ptr<column>> cols_;
-  std::vector<T> eye_[2];  // (w + 1, w) row-major: the w x w identity and a zero row; w = tile_size, L % tile_size
+  Index L_, nb_, ns_;
+  mutable std::vector<chunk_summary<T>> sums_;
+  mutable std::vector<super_summary<T>> supers_;
+  std::unique_ptr<std::once_flag[]> once_;
+  std::vector<std::unique_ptr<row_panel>> rows_;
 };
 
 /// The head matrix of (node, head), shared by every evaluator of that head alive at the same time
@@ -321,17 +307,55 @@ std::shared_ptr<head_matrix<T>> shared_head_matrix(const Transition<T>& n, Index
   return m;
 }
 
+/// y = H x for one head's np channels (x, y: the slab's columns j.., row stride nc): chunk by
+/// chunk, chunked or by the recurrence, on one state.
+template <class T>
+void apply_head(const Transition<T>& n, Index L, Index h, Index nc, Index j, Index np, const T* x, T* y) {
+  const head_view<T> hv(n, h);
+  const Index N = hv.N, R = hv.R, zrows = N + apply_chunk_len * (1 + R);
+  std::optional<workspace<T>> ws;  // the recurrence's state and scratch, when a chunk needs it
+  const scratch<T> z(zrows * np), pk(gemm_padded_rows<T>(np) * zrows);  // [S; V; U] and its packing
+  std::fill(z.data(), z.data() + N * np, T(0));
+  bool in_ws = false;  // the state is ws->Y after the recurrence, else z's first N rows
+  int chunked = chunk_tuning::force;  // 0: decided at the first chunk the form takes
+  chunk_factors<T> f;
+  for (Index t0 = 0; t0 < L; t0 += apply_chunk_len) {
+    const Index C = std::min(apply_chunk_len, L - t0);
+    const bool ok = chunked >= 0 && f.compute(hv, t0, C);
+    if (ok && chunked == 0) chunked = chunk_pays(N, np, R, n.per_key(), f.vc == 0 && f.nu > 0) ? 1 : -1;
+    if (ok && chunked > 0) {
+      for (Index t = t0 + C; t < std::min(L, t0 + 2 * C); ++t) {  // the next chunk's rows, meanwhile
+        prefetch_l1(hv.q(t), N), prefetch_l1(hv.k(t), N);
+        if (R > 0) prefetch_l1(hv.a(t), R * N), prefetch_l1(hv.b(t), R * N);
+      }
+      if (in_ws) std::copy(ws->Y.begin(), ws->Y.end(), z.data());
+      if (chunk_apply(f, z.data(), np, x + t0 * nc + j, nc, pk.data(), y + t0 * nc + j, nc)) {
+        in_ws = false;
+        continue;
+      }
+    }
+    if (!ws) ws.emplace(N, R, np);
+    if (!in_ws) {  // the state from z, and the projections a_{t0,r}^T S the scan reads first
+      std::copy_n(z.data(), N * np, ws->Y.begin());
+      if (R > 0 && t0 > 0) {
+        std::fill(ws->w.begin(), ws->w.begin() + R * np, T(0));
+        for (Index r = 0; r < R; ++r) combine_rows(ws->w.data() + r * np, np, N, hv.a(t0) + r * N, z.data());
+      }
+      in_ws = true;
+    }
+    scan_forward(
+        hv, 0, t0, t0 + C, *ws, [&](Index t) { return x + t * nc + j; }, [&](Index t) { return y + t * nc + j; });
+  }
+}
+
 }  // namespace transition_detail
 
 template <class T>
 struct slab_eval<Transition<T>> {
-  /// y = H x on channels [c0, c0 + nc): the forward scan of every head the slab meets.
+  /// y = H x on channels [c0, c0 + nc): every head the slab meets, chunk by chunk.
   static void apply(const Transition<T>& n, const context& cx, Index c0, Index nc, const T* x, T* y) {
     transition_detail::for_heads(n, c0, nc, [&](Index h, Index j, Index np) {
-      transition_detail::workspace<T> ws(n.state(), n.rank(), np);
-      transition_detail::scan_forward(
-          transition_detail::head_view<T>(n, h), 0, 0, cx.L, ws, [&](Index t) { return x + t * nc + j; },
-          [&](Index t) { return y + t * nc + j; });
+      transition_detail::apply_head(n, cx.L, h, nc, j, np, x, y);
     });
   }
   /// y = H^T x: the anti-causal transposed scan of every head the slab meets.
