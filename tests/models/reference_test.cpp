@@ -1,7 +1,9 @@
 // The delta-rule models against the reference implementations themselves: fixtures written by
 // tools/reference/make_fixtures.py from transformers' Qwen3NextGatedDeltaNet and
-// KimiLinearDeltaAttention and from fla's naive recurrences (gated delta rule, delta rule, KDA,
-// DPLR), run in float64 with their float32 casts patched out (tests/data/reference/README.md).
+// KimiLinearDeltaAttention, from fla's RWKV7Attention and GatedDeltaProduct layers (their Triton
+// calls swapped for fla's own torch references) and from fla's naive recurrences (gated delta rule,
+// delta rule, KDA, DPLR), run in float64 with their float32 casts patched out
+// (tests/data/reference/README.md).
 // No torch is needed here: the fixtures are committed .npy files. A missing fixture fails the test.
 //
 // Layer cases: the weights are read under their state_dict names, then decompose(w, u).output()
@@ -13,8 +15,10 @@
 
 #include <iattn/explain/npy.hpp>
 #include <iattn/models/delta_rule.hpp>
+#include <iattn/models/deltaproduct.hpp>
 #include <iattn/models/kimi_linear.hpp>
 #include <iattn/models/qwen3_next.hpp>
+#include <iattn/models/rwkv7.hpp>
 
 #include <cmath>
 #include <cstdio>
@@ -108,6 +112,70 @@ kimi_linear_weights<T> kimi_linear_reference_weights() {
   return w;
 }
 
+/// fla's RWKV7Attention: every parameter under its state_dict name (the token-shift mixes x_r..x_g
+/// saved flat, (1, 1, C) -> (C,)); the config make_fixtures.py builds.
+template <class T>
+rwkv7_weights<T> rwkv7_reference_weights(const std::string& c, Index layer_idx, bool fuse_norm, Index value_dim) {
+  rwkv7_weights<T> w;
+  w.config = {.hidden_size = 32, .head_dim = 16, .value_dim = value_dim, .decay_low_rank_dim = 8, .a_low_rank_dim = 8,
+              .v_low_rank_dim = 6, .gate_low_rank_dim = 12, .layer_idx = layer_idx, .num_hidden_layers = 2, .norm_eps = 1e-5,
+              .fuse_norm = fuse_norm};
+  w.x_r = fixture_as<T>(c, "x_r");
+  w.x_w = fixture_as<T>(c, "x_w");
+  w.x_k = fixture_as<T>(c, "x_k");
+  w.x_v = fixture_as<T>(c, "x_v");
+  w.x_a = fixture_as<T>(c, "x_a");
+  w.x_g = fixture_as<T>(c, "x_g");
+  w.k_k = fixture_as<T>(c, "k_k");
+  w.k_a = fixture_as<T>(c, "k_a");
+  w.r_k = fixture_as<T>(c, "r_k");
+  w.r_proj_weight = fixture_as<T>(c, "r_proj_weight");
+  w.k_proj_weight = fixture_as<T>(c, "k_proj_weight");
+  w.v_proj_weight = fixture_as<T>(c, "v_proj_weight");
+  w.o_proj_weight = fixture_as<T>(c, "o_proj_weight");
+  w.w_lora_lora_0_weight = fixture_as<T>(c, "w_lora_lora_0_weight");
+  w.w_lora_lora_2_weight = fixture_as<T>(c, "w_lora_lora_2_weight");
+  w.w_lora_lora_2_bias = fixture_as<T>(c, "w_lora_lora_2_bias");
+  w.a_lora_lora_0_weight = fixture_as<T>(c, "a_lora_lora_0_weight");
+  w.a_lora_lora_2_weight = fixture_as<T>(c, "a_lora_lora_2_weight");
+  w.a_lora_lora_2_bias = fixture_as<T>(c, "a_lora_lora_2_bias");
+  if (layer_idx > 0) {
+    w.v_lora_lora_0_weight = fixture_as<T>(c, "v_lora_lora_0_weight");
+    w.v_lora_lora_2_weight = fixture_as<T>(c, "v_lora_lora_2_weight");
+    w.v_lora_lora_2_bias = fixture_as<T>(c, "v_lora_lora_2_bias");
+  }
+  w.g_lora_lora_0_weight = fixture_as<T>(c, "g_lora_lora_0_weight");
+  w.g_lora_lora_2_weight = fixture_as<T>(c, "g_lora_lora_2_weight");
+  w.g_norm_weight = fixture_as<T>(c, "g_norm_weight");
+  w.g_norm_bias = fixture_as<T>(c, "g_norm_bias");
+  w.check();
+  return w;
+}
+
+template <class T>
+deltaproduct_weights<T> deltaproduct_reference_weights() {
+  const std::string c = "fla_gated_deltaproduct_layer";
+  deltaproduct_weights<T> w;
+  w.config = {.hidden_size = 24, .head_dim = 8, .expand_v = 0.75, .num_heads = 2, .num_v_heads = 4, .num_householder = 2,
+              .conv_size = 4, .use_output_gate = true, .use_short_conv = true, .use_forget_gate = true, .allow_neg_eigval = true,
+              .norm_eps = 1e-5};
+  w.q_proj_weight = fixture_as<T>(c, "q_proj_weight");
+  w.k_proj_weight = fixture_as<T>(c, "k_proj_weight");
+  w.v_proj_weight = fixture_as<T>(c, "v_proj_weight");
+  w.b_proj_weight = fixture_as<T>(c, "b_proj_weight");
+  w.a_proj_weight = fixture_as<T>(c, "a_proj_weight");
+  w.A_log = fixture_as<T>(c, "A_log");
+  w.dt_bias = fixture_as<T>(c, "dt_bias");
+  w.q_conv1d_weight = fixture_as<T>(c, "q_conv1d_weight");
+  w.k_conv1d_weight = fixture_as<T>(c, "k_conv1d_weight");
+  w.v_conv1d_weight = fixture_as<T>(c, "v_conv1d_weight");
+  w.g_proj_weight = fixture_as<T>(c, "g_proj_weight");
+  w.o_norm_weight = fixture_as<T>(c, "o_norm_weight");
+  w.o_proj_weight = fixture_as<T>(c, "o_proj_weight");
+  w.check();
+  return w;
+}
+
 }  // namespace
 
 TEMPLATE_TEST_CASE("reference: transformers Qwen3NextGatedDeltaNet", "[models][reference][qwen3_next]", float, double) {
@@ -136,6 +204,53 @@ TEMPLATE_TEST_CASE("reference: transformers KimiLinearDeltaAttention", "[models]
   compare("decompose(w, u).output() vs the layer's output", d.output(), out, model_tol<T>());
   compare("final_state(activations(w, u)) vs last_recurrent_state", final_state(activations(w, u)), state, model_tol<T>());
   compare("kimi_linear_forward (iattn's oracle) vs the layer's output", kimi_linear_forward(w, u), out, model_tol<T>());
+  check_exact<T>(Matrix<T>(out.cast<T>()), d);
+}
+
+TEMPLATE_TEST_CASE("reference: fla RWKV7Attention, layer 0, fuse_norm", "[models][reference][rwkv7]", float, double) {
+  using T = TestType;
+  const std::string c = "fla_rwkv7_layer";
+  const auto w = rwkv7_reference_weights<T>(c, 0, true, 0);
+  const Matrix<T> u = fixture_as<T>(c, "u");
+  const MatD out = fixture(c, "out"), state = fixture(c, "final_state"), v_first = fixture(c, "v_first");
+  REQUIRE(u.rows() == 37);
+  const auto s = activations(w, u);
+  compare("activations(w, u).v vs the layer's returned v_first", s.v, v_first, model_tol<T>());
+  const auto d = decompose(w, u);
+  compare("decompose(w, u).output() vs the layer's output", d.output(), out, model_tol<T>());
+  compare("final_state(activations(w, u)) vs the recurrence's final state", final_state(s), state, model_tol<T>());
+  compare("rwkv7_forward (iattn's oracle) vs the layer's output", rwkv7_forward(w, u), out, model_tol<T>());
+  check_exact<T>(Matrix<T>(out.cast<T>()), d);
+}
+
+TEMPLATE_TEST_CASE("reference: fla RWKV7Attention, layer 1 with v_first, value_dim != hidden", "[models][reference][rwkv7]", float,
+                   double) {
+  using T = TestType;
+  const std::string c = "fla_rwkv7_layer_v_first";
+  const auto w = rwkv7_reference_weights<T>(c, 1, false, 24);
+  const Matrix<T> u = fixture_as<T>(c, "u"), v_first = fixture_as<T>(c, "v_first");
+  const MatD out = fixture(c, "out"), state = fixture(c, "final_state");
+  REQUIRE(u.rows() == 37);
+  REQUIRE(v_first.cols() == 24);
+  const auto d = decompose(w, u, v_first);
+  compare("decompose(w, u, v_first).output() vs the layer's output", d.output(), out, model_tol<T>());
+  compare("final_state(activations(w, u, v_first)) vs the recurrence's final state", final_state(activations(w, u, v_first)), state,
+          model_tol<T>());
+  compare("rwkv7_forward (iattn's oracle) vs the layer's output", rwkv7_forward(w, u, v_first), out, model_tol<T>());
+  check_exact<T>(Matrix<T>(out.cast<T>()), d);
+}
+
+TEMPLATE_TEST_CASE("reference: fla GatedDeltaProduct (n = 2, grouped value heads)", "[models][reference][deltaproduct]", float, double) {
+  using T = TestType;
+  const std::string c = "fla_gated_deltaproduct_layer";
+  const auto w = deltaproduct_reference_weights<T>();
+  const Matrix<T> u = fixture_as<T>(c, "u");
+  const MatD out = fixture(c, "out"), state = fixture(c, "final_state");
+  REQUIRE(u.rows() == 37);
+  const auto d = decompose(w, u);
+  compare("decompose(w, u).output() vs the layer's output", d.output(), out, model_tol<T>());
+  compare("final_state(activations(w, u)) vs the naive recurrence's final state", final_state(activations(w, u)), state, model_tol<T>());
+  compare("deltaproduct_forward (iattn's oracle) vs the layer's output", deltaproduct_forward(w, u), out, model_tol<T>());
   check_exact<T>(Matrix<T>(out.cast<T>()), d);
 }
 

@@ -13,6 +13,12 @@
 # does not need triton (only `pip check` then complains). make_fixtures.py also unwraps those
 # functions, so it works either way; the venv is kept free of the trap.
 #
+# fla's *layer* modules (RWKV7Attention, GatedDeltaProduct) import triton at the top, although
+# make_fixtures.py runs none of their kernels (it swaps in fla's torch references). So the same
+# triton (TRITON_PIN, the version torch 2.15.0 requires) is installed, without dependencies, into
+# .venv/triton-import-only/, outside site-packages: nothing imports it unless it is put on sys.path,
+# which make_fixtures.py does only for the fla-layer cases, after the transformers cases.
+#
 # Idempotent: when .venv already has exactly the pinned versions (and no triton), it only prints them.
 # Usage: bash tools/reference/setup_venv.sh        (PYTHON=python3.11 to choose the interpreter)
 set -euo pipefail
@@ -21,6 +27,8 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 req="$root/tools/reference/requirements.txt"
 venv="$root/.venv"
 py="${PYTHON:-python3}"
+TRITON_PIN="triton==3.9.0"   # for .venv/triton-import-only (see above); recorded in versions.json
+triton_dir="$venv/triton-import-only"
 
 # Exit 0 when every "name==version" line of requirements.txt is installed at that version.
 pins_ok() {
@@ -62,6 +70,22 @@ fi
 if has_triton; then
   echo "uninstalling triton (see the header of this script)"
   "$venv/bin/python" -m pip uninstall -y triton
+fi
+
+triton_ok() {
+  "$venv/bin/python" - "$triton_dir" "${TRITON_PIN#triton==}" <<'PY'
+import sys, importlib.metadata as md
+dists = [d for d in md.distributions(path=[sys.argv[1]]) if d.metadata["Name"] == "triton"]
+sys.exit(0 if dists and dists[0].version == sys.argv[2] else 1)
+PY
+}
+if triton_ok; then
+  echo "$triton_dir has $TRITON_PIN"
+else
+  echo "installing $TRITON_PIN into $triton_dir (imported only by make_fixtures.py's fla-layer cases)"
+  rm -rf "$triton_dir"
+  "$venv/bin/python" -m pip install --no-deps --target "$triton_dir" "$TRITON_PIN"
+  triton_ok
 fi
 
 "$venv/bin/python" - <<'PY'

@@ -10,14 +10,17 @@
 //   a = sigmoid(a_lora(xa)),  g = sigmoid(xg G0^T) G2^T
 //   kk = normalize_head(k * k_k),  k = k * (1 + (a - 1) * k_a)
 //   S_t = Diag(exp w_t) S_{t-1} + (kk_t * a_t)(-kk_t)^T S_{t-1} + k_t v_t^T,   o_t = S_t^T r_t   (per head, (K, V))
-//   o_t += (sum_m r_t[m] r_k[h, m] k_t[m]) v_t             (the bonus, per head)
-//   out = o_proj(GroupNorm_H(o; centred, eps = N * norm_eps, g_norm weight and bias) * g)
-// The official code keeps the transposed (V, K) state; fla's and this form are its transpose.
+//   p = GroupNorm_H(o; centred, eps = N * norm_eps, g_norm weight and bias)
+//   p_t += (sum_m r_t[m] r_k[h, m] k_t[m]) v_t             (the bonus, per head, AFTER the norm)
+//   out = o_proj(p * g)
+// The official code keeps the transposed (V, K) state; fla's and this form are its transpose. The
+// bonus is added to the normed output, as in the official x070 code (ln_x, then the r_k term) and
+// fla's gate_output_correction (checked against fla's layer: tests/models/reference_test.cpp).
 //
 // Exact decomposition over the V value channels, inner input x = v (after the value residual):
-//   H    = diag(g) N (T + diag(bonus)),   beta = g * (offset(N) + g_norm_bias)
+//   H    = diag(g) (N T + diag(bonus)),   beta = g * (offset(N) + g_norm_bias)
 // with T = transition(lambda = w, a = -kk, b = kk * a, q = r, k) (ops/transition.hpp: A_t = Diag(e^w) + b a^T,
-// rank 1) and N the centred group norm bound to its actual input.
+// rank 1) and N the centred group norm bound to its actual input T v.
 #pragma once
 
 #include "../iattn.hpp"
@@ -285,8 +288,8 @@ template <Scalar T>
 Matrix<T> rwkv7_forward(const rwkv7_weights<T>& wt, const Matrix<T>& x, const Matrix<T>& v_first = {}, Matrix<T>* final_state = nullptr) {
   const auto s = activations(wt, x, v_first);
   Matrix<T> o = nn::dplr_scan<T>(s.r, s.k, s.v, s.w, s.removal_a(), s.removal_b(), s.num_heads, final_state);
-  o += s.bonus().cwiseProduct(s.v);
   nn::group_norm_rows<T>(o, s.num_heads, s.norm_eps, true, s.g_norm_weight, s.g_norm_bias);
+  o += s.bonus().cwiseProduct(s.v);  // the bonus bypasses the norm
   o.array() *= s.g.array();
   return nn::linear<T>(o, wt.o_proj_weight);
 }
@@ -305,15 +308,15 @@ template <Scalar T>
 auto attention(const rwkv7_activations<T>& s) {
   s.check();
   const Index L = s.length(), V = s.v.cols(), H = s.num_heads;
-  auto core = rwkv7_transition(s) + diagonal(s.bonus());
-  const Matrix<T> o = apply(core, s.v);
+  auto tr = rwkv7_transition(s);
+  const Matrix<T> o = apply(tr, s.v);  // the norm's actual input: the recurrence's output, no bonus
   const group_norm_options opts{.eps = s.norm_eps, .centered = true};
   const auto n = s.g_norm_weight.size() ? group_norm(H, s.g_norm_weight, opts) : group_norm<T>(H, opts);
   const auto nb = n.bound_to(n.compute(o.data(), L, V));
   Matrix<T> shift = offset(nb);
   if (s.g_norm_bias.size() != 0) shift.rowwise() += s.g_norm_bias.row(0);
   Matrix<T> beta = s.g.cwiseProduct(shift);
-  return make_decomposition<T>(s.v, diagonal(s.g) * nb * std::move(core), std::move(beta), s.o_proj_weight);
+  return make_decomposition<T>(s.v, diagonal(s.g) * (nb * std::move(tr) + diagonal(s.bonus())), std::move(beta), s.o_proj_weight);
 }
 
 /// The exact decomposition: rwkv7_forward(w, x, v_first) == d.output(), inner input x = v.
