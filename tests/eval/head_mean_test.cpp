@@ -17,15 +17,20 @@ using iattn::cpu_detail::mean_path;
 
 namespace {
 
-/// mean over channels [c0, c1) of materialize(H, c) (or its |.|), plain loops, in double.
+/// Every channel's materialize(H, c) in double, once per expression (the oracle of every mean below).
 template <class H>
-MatD dense_mean(const H& h, Index L, Index c0, Index c1, bool abs) {
+std::vector<MatD> dense_channels(const H& h, Index L) {
+  std::vector<MatD> out;
+  for (Index c = 0; c < h.channels(); ++c) out.push_back(dd(iattn::materialize(h, c, L)));
+  return out;
+}
+
+/// mean over channels [c0, c1) of the dense channel matrices (or of their |.|), plain loops.
+MatD dense_mean(const std::vector<MatD>& m, Index L, Index c0, Index c1, bool abs) {
   MatD out = MatD::Zero(L, L);
-  for (Index c = c0; c < c1; ++c) {
-    const MatD m = dd(iattn::materialize(h, c, L));
+  for (Index c = c0; c < c1; ++c)
     for (Index t = 0; t < L; ++t)
-      for (Index s = 0; s < L; ++s) out(t, s) += (abs ? std::abs(m(t, s)) : m(t, s)) / double(c1 - c0);
-  }
+      for (Index s = 0; s < L; ++s) out(t, s) += (abs ? std::abs(m[c](t, s)) : m[c](t, s)) / double(c1 - c0);
   return out;
 }
 
@@ -42,23 +47,24 @@ void check_means(const H& h, const HD& hd, Index L, Index P, bool expect_heads) 
   const cd::context cx{L, D};
   cd::head_plan<T> plan;
   REQUIRE(cd::make_head_plan<T>(h, cx, plan) == expect_heads);
+  const std::vector<MatD> dense = dense_channels(hd, L);
   for (bool abs : {false, true}) {
     INFO("abs = " << abs);
-    const MatD all = dense_mean(hd, L, 0, D, abs);
+    const MatD all = dense_mean(dense, L, 0, D, abs);
     check_close(materialize_mean(h, mean_options{.abs = abs}), all, tol<T>());
     for (mean_path path : {mean_path::channels, mean_path::heads})
       check_close(cd::materialize_mean<T>(h, cx, {0, D, abs}, path), all, tol<T>());
     // One head, and a range that straddles heads.
     const Index hh = D / P - 1;
-    check_close(materialize_mean(h, mean_options{.abs = abs, .head = hh}), dense_mean(hd, L, hh * P, (hh + 1) * P, abs),
+    check_close(materialize_mean(h, mean_options{.abs = abs, .head = hh}), dense_mean(dense, L, hh * P, (hh + 1) * P, abs),
                 tol<T>());
     const range r{P > 1 ? 1 : 0, std::min(D, P + 2)};
-    check_close(materialize_mean(h, mean_options{.abs = abs, .channels = r}), dense_mean(hd, L, r.begin, r.end, abs),
+    check_close(materialize_mean(h, mean_options{.abs = abs, .channels = r}), dense_mean(dense, L, r.begin, r.end, abs),
                 tol<T>());
     const Tensor3<T> heads = materialize_head_means(h, mean_options{.abs = abs});
     REQUIRE(heads.dims == std::array<Index, 3>{D / P, L, L});
     for (Index k = 0; k < D / P; k += std::max<Index>(1, D / P - 1))
-      check_close(heads.slice(k), dense_mean(hd, L, k * P, (k + 1) * P, abs), tol<T>());
+      check_close(heads.slice(k), dense_mean(dense, L, k * P, (k + 1) * P, abs), tol<T>());
   }
   const Tensor3<T> every = materialize_all(h);
   REQUIRE(every.dims == std::array<Index, 3>{D, L, L});
@@ -203,9 +209,10 @@ TEST_CASE("head mean: the models' H against per-channel means", "[head_mean]") {
   auto check = [](const auto& H, Index P) {
     const Index L = H.length(), D = H.channels();
     REQUIRE(cpu_detail::head_dim_of(H) == P);
+    const std::vector<MatD> dense = dense_channels(H, L);
     for (bool abs : {false, true}) {
-      check_close(materialize_mean(H, mean_options{.abs = abs}), dense_mean(H, L, 0, D, abs), 1e-10);
-      check_close(materialize_mean(H, mean_options{.abs = abs, .head = 1}), dense_mean(H, L, P, 2 * P, abs), 1e-10);
+      check_close(materialize_mean(H, mean_options{.abs = abs}), dense_mean(dense, L, 0, D, abs), 1e-10);
+      check_close(materialize_mean(H, mean_options{.abs = abs, .head = 1}), dense_mean(dense, L, P, 2 * P, abs), 1e-10);
     }
   };
   const MatD u = normal<double>(40, 32);
@@ -225,7 +232,7 @@ TEST_CASE("head mean: expressions without heads, empty sequences", "[head_mean]"
   const auto h = S * causal_conv(normal<double>(3, D));
   check_means<double>(h, h, L, 1, false);
   const auto conv = causal_conv(normal<double>(3, D));  // no heads at all: channel ranges only
-  check_close(materialize_mean(conv, mean_options{.abs = true, .channels = range{1, 3}}, L), dense_mean(conv, L, 1, 3, true),
+  check_close(materialize_mean(conv, mean_options{.abs = true, .channels = range{1, 3}}, L), dense_mean(dense_channels(conv, L), L, 1, 3, true),
               1e-12);
   const auto S0 = semiseparable(MatD(0, 2), MatD(0, N), MatD(0, N), {.heads = 2, .head_dim = 3});
   REQUIRE(materialize_mean(S0, mean_options{.abs = true, .head = 1}).size() == 0);
