@@ -176,6 +176,18 @@ deltaproduct_weights<T> deltaproduct_reference_weights() {
   return w;
 }
 
+/// A layer case: decompose(...).output(), the final recurrent state and iattn's own forward (the
+/// models' oracle) against the reference's output and state; then the decomposition is exact
+/// (materialize per channel, causal) against the reference output.
+template <class T, class Dec, class State, class Forward>
+void check_layer(const std::string& c, const Dec& d, const State& state, const Forward& forward) {
+  const MatD out = fixture(c, "out");
+  compare("decompose(...).output() vs the layer's output", d.output(), out, model_tol<T>());
+  compare("final_state(activations(...)) vs the reference's final state", state, fixture(c, "final_state"), model_tol<T>());
+  compare("iattn's forward (the model's oracle) vs the layer's output", forward, out, model_tol<T>());
+  check_exact<T>(Matrix<T>(out.cast<T>()), d);
+}
+
 }  // namespace
 
 TEMPLATE_TEST_CASE("reference: transformers Qwen3NextGatedDeltaNet", "[models][reference][qwen3_next]", float, double) {
@@ -183,14 +195,8 @@ TEMPLATE_TEST_CASE("reference: transformers Qwen3NextGatedDeltaNet", "[models][r
   const std::string c = "qwen3_next_layer";
   const auto w = qwen3_next_reference_weights<T>();
   const Matrix<T> u = fixture_as<T>(c, "u");
-  const MatD out = fixture(c, "out"), state = fixture(c, "final_state");
   REQUIRE(u.rows() == 37);
-  const auto d = decompose(w, u);
-  compare("decompose(w, u).output() vs the layer's output", d.output(), out, model_tol<T>());
-  compare("final_state(activations(w, u)) vs last_recurrent_state", final_state(activations(w, u)), state, model_tol<T>());
-  compare("qwen3_next_forward (iattn's oracle) vs the layer's output", qwen3_next_forward(w, u), out, model_tol<T>());
-  // and the decomposition is exact (materialize per channel, causal) against the reference output
-  check_exact<T>(Matrix<T>(out.cast<T>()), d);
+  check_layer<T>(c, decompose(w, u), final_state(activations(w, u)), qwen3_next_forward(w, u));
 }
 
 TEMPLATE_TEST_CASE("reference: transformers KimiLinearDeltaAttention", "[models][reference][kimi_linear]", float, double) {
@@ -198,13 +204,8 @@ TEMPLATE_TEST_CASE("reference: transformers KimiLinearDeltaAttention", "[models]
   const std::string c = "kimi_linear_layer";
   const auto w = kimi_linear_reference_weights<T>();
   const Matrix<T> u = fixture_as<T>(c, "u");
-  const MatD out = fixture(c, "out"), state = fixture(c, "final_state");
   REQUIRE(u.rows() == 37);
-  const auto d = decompose(w, u);
-  compare("decompose(w, u).output() vs the layer's output", d.output(), out, model_tol<T>());
-  compare("final_state(activations(w, u)) vs last_recurrent_state", final_state(activations(w, u)), state, model_tol<T>());
-  compare("kimi_linear_forward (iattn's oracle) vs the layer's output", kimi_linear_forward(w, u), out, model_tol<T>());
-  check_exact<T>(Matrix<T>(out.cast<T>()), d);
+  check_layer<T>(c, decompose(w, u), final_state(activations(w, u)), kimi_linear_forward(w, u));
 }
 
 TEMPLATE_TEST_CASE("reference: fla RWKV7Attention, layer 0, fuse_norm", "[models][reference][rwkv7]", float, double) {
@@ -212,15 +213,10 @@ TEMPLATE_TEST_CASE("reference: fla RWKV7Attention, layer 0, fuse_norm", "[models
   const std::string c = "fla_rwkv7_layer";
   const auto w = rwkv7_reference_weights<T>(c, 0, true, 0);
   const Matrix<T> u = fixture_as<T>(c, "u");
-  const MatD out = fixture(c, "out"), state = fixture(c, "final_state"), v_first = fixture(c, "v_first");
   REQUIRE(u.rows() == 37);
   const auto s = activations(w, u);
-  compare("activations(w, u).v vs the layer's returned v_first", s.v, v_first, model_tol<T>());
-  const auto d = decompose(w, u);
-  compare("decompose(w, u).output() vs the layer's output", d.output(), out, model_tol<T>());
-  compare("final_state(activations(w, u)) vs the recurrence's final state", final_state(s), state, model_tol<T>());
-  compare("rwkv7_forward (iattn's oracle) vs the layer's output", rwkv7_forward(w, u), out, model_tol<T>());
-  check_exact<T>(Matrix<T>(out.cast<T>()), d);
+  compare("activations(w, u).v vs the layer's returned v_first", s.v, fixture(c, "v_first"), model_tol<T>());
+  check_layer<T>(c, decompose(w, u), final_state(s), rwkv7_forward(w, u));
 }
 
 TEMPLATE_TEST_CASE("reference: fla RWKV7Attention, layer 1 with v_first, value_dim != hidden", "[models][reference][rwkv7]", float,
@@ -229,15 +225,9 @@ TEMPLATE_TEST_CASE("reference: fla RWKV7Attention, layer 1 with v_first, value_d
   const std::string c = "fla_rwkv7_layer_v_first";
   const auto w = rwkv7_reference_weights<T>(c, 1, false, 24);
   const Matrix<T> u = fixture_as<T>(c, "u"), v_first = fixture_as<T>(c, "v_first");
-  const MatD out = fixture(c, "out"), state = fixture(c, "final_state");
   REQUIRE(u.rows() == 37);
   REQUIRE(v_first.cols() == 24);
-  const auto d = decompose(w, u, v_first);
-  compare("decompose(w, u, v_first).output() vs the layer's output", d.output(), out, model_tol<T>());
-  compare("final_state(activations(w, u, v_first)) vs the recurrence's final state", final_state(activations(w, u, v_first)), state,
-          model_tol<T>());
-  compare("rwkv7_forward (iattn's oracle) vs the layer's output", rwkv7_forward(w, u, v_first), out, model_tol<T>());
-  check_exact<T>(Matrix<T>(out.cast<T>()), d);
+  check_layer<T>(c, decompose(w, u, v_first), final_state(activations(w, u, v_first)), rwkv7_forward(w, u, v_first));
 }
 
 TEMPLATE_TEST_CASE("reference: fla GatedDeltaProduct (n = 2, grouped value heads)", "[models][reference][deltaproduct]", float, double) {
@@ -245,13 +235,8 @@ TEMPLATE_TEST_CASE("reference: fla GatedDeltaProduct (n = 2, grouped value heads
   const std::string c = "fla_gated_deltaproduct_layer";
   const auto w = deltaproduct_reference_weights<T>();
   const Matrix<T> u = fixture_as<T>(c, "u");
-  const MatD out = fixture(c, "out"), state = fixture(c, "final_state");
   REQUIRE(u.rows() == 37);
-  const auto d = decompose(w, u);
-  compare("decompose(w, u).output() vs the layer's output", d.output(), out, model_tol<T>());
-  compare("final_state(activations(w, u)) vs the naive recurrence's final state", final_state(activations(w, u)), state, model_tol<T>());
-  compare("deltaproduct_forward (iattn's oracle) vs the layer's output", deltaproduct_forward(w, u), out, model_tol<T>());
-  check_exact<T>(Matrix<T>(out.cast<T>()), d);
+  check_layer<T>(c, decompose(w, u), final_state(activations(w, u)), deltaproduct_forward(w, u));
 }
 
 // ---- fla's naive recurrences -------------------------------------------------------------------
