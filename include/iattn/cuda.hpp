@@ -3,10 +3,12 @@
 //   apply(cuda{s}, H, X)           Y = H X with X and Y device_matrix<T> (L, D)
 //   apply(cuda{s}, H, X)           the same from and to host Eigen matrices (copies in and out)
 //   materialize(cuda{s}, H, c)     channel c's (L, L) matrix as a device_matrix<T>
+//   row(cuda{s}, H, t, c)          row t of channel c's matrix, (1, L): H^c[t, s] at (0, s)
+//   col(cuda{s}, H, s, c)          column s of channel c's matrix, (1, L): H^c[t, s] at (0, t)
 //   to_device(m, cuda{s}), to_host(dm)   host <-> device copies (backend/cuda/memory.hpp)
 //
-// Covered now: apply of Diagonal, CausalConv, LinearRecurrence, Semiseparable (every form) and
-// Products of them (Mamba-1's chain diag * S * diag * conv); materialize of a Semiseparable. Any
+// Covered now: apply, materialize, row and col of Diagonal, CausalConv, LinearRecurrence,
+// Semiseparable (every form) and Products of them (Mamba-1's chain diag * S * diag * conv). Any
 // other node is a compile-time error naming what is covered, never a silent fallback to the CPU.
 // Each call copies the expression's coefficients to the device and runs on stream s.
 //
@@ -25,7 +27,9 @@
 #include "core/error.hpp"
 #include "core/traits.hpp"
 
+#include <string>
 #include <type_traits>
+#include <vector>
 
 namespace iattn {
 
@@ -49,18 +53,60 @@ Matrix<typename XD::Scalar> apply(cuda on, const H& h, const Eigen::MatrixBase<X
   return to_host(apply(on, h, to_device(X, on)));
 }
 
-/// Channel c's (L, L) matrix on the device. An expression that does not fix L takes it last.
+/// Channel c's (L, L) matrix on the device, zero above the diagonal. An expression that does not
+/// fix L takes it last.
 template <Operator H>
 device_matrix<typename H::scalar> materialize(cuda on, const H& h, Index c, Index L = any) {
   static_assert(cuda_detail::materializes_v<H>,
-                "materialize(iattn::cuda, H, c): the CUDA backend materializes a Semiseparable; other nodes "
-                "and products are pending (docs/cuda.md)");
+                "materialize(iattn::cuda, H, c): the CUDA backend materializes Diagonal, CausalConv, "
+                "LinearRecurrence, Semiseparable and Products of these; H contains another node (docs/cuda.md "
+                "lists what is covered)");
   const char* where = "materialize(iattn::cuda, H, c)";
   detail::check_channel(h, c, where);
   L = detail::resolve_length(h, L, where);
   device_matrix<typename H::scalar> out(L, L, on);
   if constexpr (cuda_detail::materializes_v<H>) cuda_detail::cuda_eval<H>::materialize(h, on, c, out.data(), L);
   return out;
+}
+
+namespace cuda_detail {
+/// Row k (is_row: (H^c)^T e_k) or column k (H^c e_k) of channel c's matrix, (1, L).
+template <class H>
+device_matrix<typename H::scalar> row_or_col(const cuda& on, const H& h, Index k, Index c, Index L, bool is_row) {
+  using T = typename H::scalar;
+  const char* where = is_row ? "row(iattn::cuda, H, t, c)" : "col(iattn::cuda, H, s, c)";
+  L = detail::resolve_length(h, L, where);
+  if (k < 0 || k >= L)
+    detail::fail(where, std::string(is_row ? "t" : "s") + " = " + std::to_string(k) + " is out of range [0, L=" +
+                            std::to_string(L) + ")");
+  detail::check_channel(h, c, where);
+  std::vector<T> unit(static_cast<std::size_t>(L), T(0));
+  unit[static_cast<std::size_t>(k)] = T(1);
+  const device_buffer<T> e(unit.data(), L, on.stream);
+  device_matrix<T> out(1, L, on);
+  if constexpr (slices_v<H>) cuda_eval<H>::vector(h, on, c, is_row, e.data(), out.data(), L);
+  return out;
+}
+}  // namespace cuda_detail
+
+/// Row t of channel c's matrix on the device, (1, L): out(0, s) = H^c[t, s] (row(H, t)'s row c on
+/// the CPU). O(L N) per factor: one transposed scan of e_t, never the (L, L) matrix.
+template <Operator H>
+device_matrix<typename H::scalar> row(cuda on, const H& h, Index t, Index c, Index L = any) {
+  static_assert(cuda_detail::slices_v<H>,
+                "row(iattn::cuda, H, t, c): the CUDA backend takes rows of Diagonal, CausalConv, LinearRecurrence, "
+                "Semiseparable and Products of these; H contains another node (docs/cuda.md lists what is covered)");
+  return cuda_detail::row_or_col(on, h, t, c, L, true);
+}
+
+/// Column s of channel c's matrix on the device, (1, L): out(0, t) = H^c[t, s] (col(H, s)'s row c
+/// on the CPU). O(L N) per factor: one scan of e_s, never the (L, L) matrix.
+template <Operator H>
+device_matrix<typename H::scalar> col(cuda on, const H& h, Index s, Index c, Index L = any) {
+  static_assert(cuda_detail::slices_v<H>,
+                "col(iattn::cuda, H, s, c): the CUDA backend takes columns of Diagonal, CausalConv, LinearRecurrence, "
+                "Semiseparable and Products of these; H contains another node (docs/cuda.md lists what is covered)");
+  return cuda_detail::row_or_col(on, h, s, c, L, false);
 }
 
 }  // namespace iattn

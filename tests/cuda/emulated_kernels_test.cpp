@@ -44,30 +44,43 @@ constexpr bool under_tsan = false;
 constexpr bool under_tsan = false;
 #endif
 /// The concurrent schedule's lengths: under ThreadSanitizer (5-15x slower) the serial ones, which
-/// reach the same tails and code paths.
-const cuda_test::lengths& concurrent_lengths = under_tsan ? cuda_test::serial : cuda_test::emulated;
+/// reach the same tails and code paths, with the rows and columns of the matrix cases.
+const cuda_test::lengths tsan_lengths = [] {
+  cuda_test::lengths l = cuda_test::serial;
+  l.slices = true;
+  return l;
+}();
+const cuda_test::lengths& concurrent_lengths = under_tsan ? tsan_lengths : cuda_test::emulated;
 
 }  // namespace
 
 // Each case: float and double on the concurrent schedule; float on both serial schedules (the
-// barrier logic does not depend on the scalar type), at the shorter serial lengths.
-#define IATTN_EMULATED_CASE(title, cases)                                                    \
+// barrier logic does not depend on the scalar type), at the shorter serial lengths (the new
+// matrix cases at one length: serial_matrices; rows and columns, whose kernels have no barrier,
+// on the concurrent schedule only).
+#define IATTN_EMULATED_CASE_AT(title, cases, serial_lengths)                                 \
   TEST_CASE(title ", concurrent", "[kernels][concurrent]") {                                 \
     cases<float>(on(schedule::concurrent), catch_check{}, concurrent_lengths);               \
     cases<double>(on(schedule::concurrent), catch_check{}, concurrent_lengths);              \
   }                                                                                          \
   TEST_CASE(title ", serial schedules", "[kernels][serial]") {                               \
     for (schedule s : {schedule::serial_forward, schedule::serial_reverse})                  \
-      cases<float>(on(s), catch_check{}, cuda_test::serial);                                 \
+      cases<float>(on(s), catch_check{}, serial_lengths);                                    \
   }
+#define IATTN_EMULATED_CASE(title, cases) IATTN_EMULATED_CASE_AT(title, cases, cuda_test::serial)
 
 IATTN_EMULATED_CASE("SIMT interface", cuda_test::simt_cases)
 IATTN_EMULATED_CASE("Diagonal apply", cuda_test::diagonal_cases)
 IATTN_EMULATED_CASE("CausalConv apply", cuda_test::causal_conv_cases)
 IATTN_EMULATED_CASE("LinearRecurrence apply (chunked scan)", cuda_test::linear_recurrence_cases)
 IATTN_EMULATED_CASE("Semiseparable apply (chunked scan)", cuda_test::semiseparable_apply_cases)
-IATTN_EMULATED_CASE("Semiseparable materialize (tiles)", cuda_test::semiseparable_materialize_cases)
+IATTN_EMULATED_CASE("Semiseparable materialize (tiles), row, col", cuda_test::semiseparable_matrix_cases)
 IATTN_EMULATED_CASE("Product apply (Mamba-1 chain)", cuda_test::product_cases)
+IATTN_EMULATED_CASE_AT("Diagonal and CausalConv materialize, row, col (bands)", cuda_test::band_matrix_cases,
+                       cuda_test::serial_matrices)
+IATTN_EMULATED_CASE_AT("LinearRecurrence materialize (tiles), row, col", cuda_test::linear_recurrence_matrix_cases,
+                       cuda_test::serial_matrices)
+IATTN_EMULATED_CASE_AT("Product materialize, row, col", cuda_test::product_matrix_cases, cuda_test::serial_matrices)
 
 TEST_CASE("CUDA backend: errors at the door", "[kernels][errors]") {
   using namespace iattn;
@@ -86,10 +99,27 @@ TEST_CASE("CUDA backend: errors at the door", "[kernels][errors]") {
   const Mat<float> m = to_host(materialize(cuda{}, S, 0));
   CHECK(std::abs(m(L - 1, 0) / (600.0f * std::exp(-0.1f * (L - 1))) - 1.0f) < 1e-5f);
   CHECK_THROWS_WITH(materialize(cuda{}, S, 1), Catch::Matchers::Contains("channel c = 1 is out of range [0, 1)"));
-  // L = 0: empty results, no launch.
+  // L = 0: empty results, no launch; no row or column to take.
   const auto S0 = semiseparable(Mat<float>(0, 2), Mat<float>(0, 3), Mat<float>(0, 3), {.heads = 2});
   CHECK(apply(cuda{}, S0, Mat<float>(0, 2)).size() == 0);
   CHECK(to_host(materialize(cuda{}, S0, 1)).size() == 0);
+  CHECK_THROWS_WITH(row(cuda{}, S0, 0, 0), Catch::Matchers::Contains("row(iattn::cuda, H, t, c): t = 0 is out of range [0, L=0)"));
+  // row / col: the index and the channel, each named with its range.
+  const auto R = linear_recurrence(Mat<float>::Constant(L, 4, 0.5f), Mat<float>::Ones(L, 4));
+  CHECK_THROWS_WITH(row(cuda{}, R, 9, 0), Catch::Matchers::Contains("row(iattn::cuda, H, t, c): t = 9 is out of range [0, L=9)"));
+  CHECK_THROWS_WITH(row(cuda{}, R, -1, 0), Catch::Matchers::Contains("t = -1 is out of range [0, L=9)"));
+  CHECK_THROWS_WITH(col(cuda{}, R, 9, 0), Catch::Matchers::Contains("col(iattn::cuda, H, s, c): s = 9 is out of range [0, L=9)"));
+  CHECK_THROWS_WITH(row(cuda{}, R, 3, 4), Catch::Matchers::Contains("row(iattn::cuda, H, t, c): channel c = 4 is out of range [0, 4)"));
+  CHECK_THROWS_WITH(col(cuda{}, R, 3, -1), Catch::Matchers::Contains("col(iattn::cuda, H, s, c): channel c = -1 is out of range [0, 4)"));
+  CHECK_THROWS_WITH(materialize(cuda{}, R * D, 4), Catch::Matchers::Contains("materialize(iattn::cuda, H, c): channel c = 4 is out of range [0, 4)"));
+  // A convolution alone does not fix L: it is the last argument, and must agree with the rest.
+  const auto K = causal_conv(Mat<float>::Ones(3, 4));
+  CHECK_THROWS_WITH(materialize(cuda{}, K, 0), Catch::Matchers::Contains("the expression does not fix the length L; pass it as the last argument"));
+  CHECK_THROWS_WITH(col(cuda{}, K, 0, 0), Catch::Matchers::Contains("col(iattn::cuda, H, s, c): the expression does not fix the length L"));
+  CHECK_THROWS_WITH(row(cuda{}, R * K, 0, 0, 5), Catch::Matchers::Contains("L is 5 but the expression has length 9"));
+  const Mat<float> band = to_host(materialize(cuda{}, K, 1, 5));  // ones on the diagonal and the two below
+  CHECK(band.sum() == 12.0f);
+  CHECK(to_host(col(cuda{}, K, 4, 3, 5))(0, 4) == 1.0f);
 }
 
 // ---- the emulator itself -------------------------------------------------------------------------

@@ -1,14 +1,16 @@
 // tests/cuda/kernel_cases.hpp: the CUDA backend's test cases, one source for both executions:
 // emulated_kernels_test.cpp runs them on the host emulator (any C++ compiler, also under
 // ThreadSanitizer), gpu_kernels_test.cu on a GPU. Each case runs a kernel through the public API
-// (apply / materialize with iattn::cuda) and compares it with two independent oracles:
+// (apply / materialize / row / col with iattn::cuda) and compares it with two independent oracles:
 //   - the CPU backend on the same expression (itself tested against plain loops);
-//   - a plain-loop oracle in double written here (the recurrences, and the dense matrix).
+//   - a plain-loop oracle in double (the recurrences, and the dense matrices: written here, and
+//     tests/support/oracles.hpp's, shared with the CPU tests).
 // A case reports each comparison to `check(what, error, allowed)`: error = max |got - expected|,
 // allowed = tol (1 + max |expected|), tol = 1e-4 in float and 1e-10 in double.
 // Lengths hit the chunk (64 tokens), slice (32), tile (32) and block (128, 256 threads) tails.
 #pragma once
 
+#include "../support/oracles.hpp"  // rng(), uniform(), the dense band and recurrence oracles
 #include "simt_kernels.hpp"
 
 #include <iattn/cuda.hpp>
@@ -16,7 +18,6 @@
 
 #include <cmath>
 #include <limits>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -32,11 +33,17 @@ using MatD = iattn::Matrix<double>;
 /// the lengths that reach each tail and a few chunks; the GPU runs add long ones.
 struct lengths {
   std::vector<Index> elementwise, scan, tiles;
+  bool slices = true;  ///< the matrix cases also take rows and columns (barrier-free kernels)
 };
 /// The emulated concurrent schedule (float and double).
 inline const lengths emulated = {{1, 7, 65, 257}, {1, 7, 64, 65, 1000}, {1, 31, 32, 33, 100}};
-/// The emulated serial schedules: one barrier at a time, so fewer tokens.
-inline const lengths serial = {{7, 65}, {7, 65, 130}, {33, 70}};
+/// The emulated serial schedules: one barrier at a time, so fewer tokens; the matrix cases
+/// without rows and columns (their kernels have no barrier to order).
+inline const lengths serial = {{7, 65}, {7, 65, 130}, {33, 70}, false};
+/// The serial schedules for the new matrix cases (bands, LinearRecurrence, products): one length
+/// with a diagonal and an off-diagonal tile, enough for their barriers (the concurrent schedule
+/// reaches every tail).
+inline const lengths serial_matrices = {{7, 65}, {7, 65, 130}, {33}, false};
 /// A GPU.
 inline const lengths gpu = {{1, 7, 65, 257, 1000, 4097}, {1, 7, 64, 65, 257, 1000, 4097, 20000}, {1, 31, 32, 33, 100, 257, 1000}};
 
@@ -45,17 +52,7 @@ double tolerance() {
   return std::is_same_v<T, float> ? 1e-4 : 1e-10;
 }
 
-inline std::mt19937& rng() {
-  static std::mt19937 g(2023);
-  return g;
-}
-template <class T>
-Mat<T> uniform(Index r, Index c, double lo, double hi) {
-  std::uniform_real_distribution<double> u(lo, hi);
-  Mat<T> m(r, c);
-  for (Index i = 0; i < m.size(); ++i) m.data()[i] = T(u(rng()));
-  return m;
-}
+using test::uniform;
 
 /// Reports max |got - expected| against tol (1 + max |expected|).
 template <class Check, class A>
@@ -147,6 +144,34 @@ MatD loop_matrix(const iattn::Semiseparable<T>& S, Index c) {
     }
   }
   return M;
+}
+
+/// Channel c's (L, L) matrix of any expression the backend covers, from the plain loops: each
+/// leaf's dense matrix, a product's as the product of its factors' (in double).
+template <class T>
+MatD dense(const iattn::Diagonal<T>& n, Index c, Index L) {
+  return test::dense_diagonal(n.d().map().template cast<double>(), c, L);
+}
+template <class T>
+MatD dense(const iattn::CausalConv<T>& n, Index c, Index L) {
+  return test::dense_conv(n.w().map().template cast<double>(), c, L);
+}
+template <class T>
+MatD dense(const iattn::LinearRecurrence<T>& n, Index c, Index) {
+  return test::dense_linear_recurrence(n.a().map().template cast<double>(), n.b().map().template cast<double>(), c);
+}
+template <class T>
+MatD dense(const iattn::Semiseparable<T>& n, Index c, Index) {
+  return loop_matrix(n, c);
+}
+template <class A, class B>
+MatD dense(const iattn::Product<A, B>& n, Index c, Index L) {
+  const MatD a = dense(n.left(), c, L), b = dense(n.right(), c, L);
+  MatD m = MatD::Zero(L, L);
+  for (Index t = 0; t < L; ++t)  // both factors' dense matrices are lower-triangular as built
+    for (Index u = 0; u <= t; ++u)
+      for (Index s = 0; s <= u; ++s) m(t, s) += a(t, u) * b(u, s);
+  return m;
 }
 
 // ---- the Semiseparable forms under test ----------------------------------------------------------
@@ -256,19 +281,133 @@ void semiseparable_apply_cases(iattn::cuda on, Check&& check, const lengths& ls)
     }
 }
 
+/// One channel's matrix as the CUDA backend returned it (materialize) with some of its rows and
+/// columns (row, col: (1, L) each), beside the CPU backend's matrix and the dense loops', in double.
+struct matrix_result {
+  MatD got, cpu, loops;
+  std::vector<Index> row_at, col_at;
+  std::vector<MatD> rows, cols;
+};
+
+/// Reports a matrix_result: the matrix, and each row and column, against the CPU backend's
+/// matrix and the dense loops. (One function for every expression: the reports are not
+/// instantiated per expression type.)
+template <class Check>
+void report_matrix(Check&& check, const matrix_result& r, const std::string& what, double tol) {
+  compare(check, what + " materialize vs cpu", r.got, r.cpu, tol);
+  compare(check, what + " materialize vs loops", r.got, r.loops, tol);
+  for (std::size_t i = 0; i < r.row_at.size(); ++i) {
+    const Index t = r.row_at[i];
+    compare(check, what + " row t=" + std::to_string(t) + " vs cpu", r.rows[i], MatD(r.cpu.row(t)), tol);
+    compare(check, what + " row t=" + std::to_string(t) + " vs loops", r.rows[i], MatD(r.loops.row(t)), tol);
+  }
+  for (std::size_t i = 0; i < r.col_at.size(); ++i) {
+    const Index s = r.col_at[i];
+    compare(check, what + " col s=" + std::to_string(s) + " vs cpu", r.cols[i], MatD(r.cpu.col(s).transpose()), tol);
+    compare(check, what + " col s=" + std::to_string(s) + " vs loops", r.cols[i], MatD(r.loops.col(s).transpose()), tol);
+  }
+}
+
+/// Channel c's matrix (materialize), rows t = L/2, L-1 (the full last row) and columns s = 0
+/// (the full first column), L/2 against the CPU backend's matrix (materialize) and the dense
+/// loops. (The CPU's own row and col, which return every channel, are compared once, on Mamba-1's
+/// chain, in product_matrix_cases: instantiating them for every expression would cost more
+/// compile time than they check, their rows being the CPU matrix's.)
+template <class T, class Check, class H>
+void matrix_checks(iattn::cuda on, Check&& check, const lengths& ls, const H& h, Index L, Index c,
+                   const std::string& what) {
+  matrix_result r;
+  r.got = iattn::to_host(iattn::materialize(on, h, c, L)).template cast<double>();
+  r.cpu = iattn::materialize(h, c, L).template cast<double>();
+  r.loops = dense(h, c, L);
+  if (ls.slices) {
+    r.row_at = L == 1 ? std::vector<Index>{0} : std::vector<Index>{L / 2, L - 1};
+    r.col_at = L == 1 ? std::vector<Index>{0} : std::vector<Index>{0, L / 2};
+  }
+  for (Index t : r.row_at) r.rows.push_back(iattn::to_host(iattn::row(on, h, t, c, L)).template cast<double>());
+  for (Index s : r.col_at) r.cols.push_back(iattn::to_host(iattn::col(on, h, s, c, L)).template cast<double>());
+  report_matrix(check, r, what + " c=" + std::to_string(c), tolerance<T>());
+}
+
 template <class T, class Check>
-void semiseparable_materialize_cases(iattn::cuda on, Check&& check, const lengths& ls) {
+void semiseparable_matrix_cases(iattn::cuda on, Check&& check, const lengths& ls) {
   for (const ss_config& k : ss_configs)
     for (Index L : ls.tiles) {
       const auto S = make_semiseparable<T>(k, L);
-      {
-        const Index c = (L % 2) ? S.channels() - 1 : 0;  // the last head, or the first
-        const Mat<T> m = iattn::to_host(iattn::materialize(on, S, c));
-        const std::string what = at("semiseparable materialize", L) + " " + k.name + " c=" + std::to_string(c);
-        compare(check, what + " vs cpu", m, iattn::materialize(S, c).template cast<double>(), tolerance<T>());
-        compare(check, what + " vs loops", m, loop_matrix(S, c), tolerance<T>());
-      }
+      const Index c = (L % 2) ? S.channels() - 1 : 0;  // the last head, or the first
+      matrix_checks<T>(on, check, ls, S, L, c, at("semiseparable", L) + " " + k.name);
     }
+}
+
+/// Diagonal (per token and constant) and CausalConv (K = 1, Mamba's 4, and 40: longer than most
+/// of the lengths): materialize, rows and columns.
+template <class T, class Check>
+void band_matrix_cases(iattn::cuda on, Check&& check, const lengths& ls) {
+  for (Index L : ls.tiles) {
+    const Index D = 5, c = L % D;
+    for (Index rows : {L, Index(1)}) {
+      const auto H = iattn::diagonal(uniform<T>(rows, D, -2, 2));
+      matrix_checks<T>(on, check, ls, H, L, c, at(rows == 1 ? "diagonal (1, D)" : "diagonal (L, D)", L));
+    }
+    for (Index K : {Index(1), Index(4), Index(40)}) {
+      const auto H = iattn::causal_conv(uniform<T>(K, D, -1, 1));
+      matrix_checks<T>(on, check, ls, H, L, c, at("causal_conv", L) + " K=" + std::to_string(K));
+    }
+  }
+}
+
+/// Decays in [-0.9, 1): negative ones, and resets (a = 0) inside the first two tiles and on the
+/// third tile's edge token (the one the off-diagonal tiles' mid multiplies in).
+template <class T>
+iattn::LinearRecurrence<T> make_recurrence(Index L, Index D) {
+  Mat<T> a = uniform<T>(L, D, -0.9, 1.0);
+  for (Index t : {Index(5), Index(40), Index(64)})
+    if (t < L) a.row(t).setZero();
+  return iattn::linear_recurrence(a, uniform<T>(L, D, -1, 1));
+}
+
+template <class T, class Check>
+void linear_recurrence_matrix_cases(iattn::cuda on, Check&& check, const lengths& ls) {
+  for (Index L : ls.tiles) {
+    const Index D = 5;
+    const auto R = make_recurrence<T>(L, D);
+    for (Index c : {Index(0), D - 1}) matrix_checks<T>(on, check, ls, R, L, c, at("linear_recurrence", L));
+  }
+}
+
+/// Products covering every path of materialize (backend/cuda/product.hpp):
+///   Mamba-1's (diag(z) S diag(dt)) conv(w): S's tiles, diag(z) in place, diag(dt) conv(w) fused;
+///   (conv * diag) * LR * (diag * conv): a left band product factor by factor through a
+///     temporary, the right band in one pass;
+///   S * (LR * (diag * diag(1, D))): two scans' lower-triangular tile product, the right one's
+///     product of diagonals in place.
+template <class T, class Check>
+void product_matrix_cases(iattn::cuda on, Check&& check, const lengths& ls) {
+  for (Index L : ls.tiles) {
+    const Index D = 6, N = 16, K = 4, c = (L % 2) ? D - 1 : 1;
+    const Mat<T> dt = uniform<T>(L, D, 0.0, 0.5), A = uniform<T>(D, N, -2.0, -0.1);
+    const auto S = iattn::semiseparable(iattn::factored_decay(dt, A), uniform<T>(L, N, -1, 1), uniform<T>(L, N, -1, 1),
+                                        {.heads = D});
+    const auto mamba = iattn::diagonal(uniform<T>(L, D, -1, 1)) * S * iattn::diagonal(dt) *
+                       iattn::causal_conv(uniform<T>(K, D, -1, 1));
+    matrix_checks<T>(on, check, ls, mamba, L, c, at("product diag*S*diag*conv", L));
+    if (ls.slices) {  // the CPU's row(H, t) and col(H, s) (every channel, (D, L)): row c is the CUDA call's
+      const Index k = L / 2;
+      compare(check, at("product diag*S*diag*conv", L) + " row vs cpu row(H, t)",
+              iattn::to_host(iattn::row(on, mamba, k, c)), MatD(iattn::row(mamba, k).row(c).template cast<double>()),
+              tolerance<T>());
+      compare(check, at("product diag*S*diag*conv", L) + " col vs cpu col(H, s)",
+              iattn::to_host(iattn::col(on, mamba, k, c)), MatD(iattn::col(mamba, k).row(c).template cast<double>()),
+              tolerance<T>());
+    }
+    const auto R = make_recurrence<T>(L, D);
+    const auto banded = (iattn::causal_conv(uniform<T>(3, D, -1, 1)) * iattn::diagonal(uniform<T>(L, D, -1, 1))) * R *
+                        (iattn::diagonal(uniform<T>(L, D, -1, 1)) * iattn::causal_conv(uniform<T>(K, D, -1, 1)));
+    matrix_checks<T>(on, check, ls, banded, L, c, at("product (conv*diag)*LR*(diag*conv)", L));
+    const auto S2 = make_semiseparable<T>(ss_configs[1], L);  // per-state decays with resets, D = 6
+    const auto cores = S2 * (R * (iattn::diagonal(uniform<T>(L, D, -1, 1)) * iattn::diagonal(uniform<T>(1, D, -2, 2))));
+    matrix_checks<T>(on, check, ls, cores, L, c, at("product S*(LR*(diag*diag))", L));
+  }
 }
 
 /// Mamba-1's chain diag(silu z) * S(dt (x) A, B, C) * diag(dt) * conv(w), and the device-buffer
@@ -376,8 +515,11 @@ void all_cases(iattn::cuda on, Check&& check, const lengths& ls) {
   causal_conv_cases<T>(on, check, ls);
   linear_recurrence_cases<T>(on, check, ls);
   semiseparable_apply_cases<T>(on, check, ls);
-  semiseparable_materialize_cases<T>(on, check, ls);
+  semiseparable_matrix_cases<T>(on, check, ls);
   product_cases<T>(on, check, ls);
+  band_matrix_cases<T>(on, check, ls);
+  linear_recurrence_matrix_cases<T>(on, check, ls);
+  product_matrix_cases<T>(on, check, ls);
 }
 
 }  // namespace cuda_test

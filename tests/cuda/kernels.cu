@@ -1,25 +1,38 @@
 // Every kernel of the CUDA backend, instantiated for float and double (and each states-per-thread
 // variant of the scan), in a translation unit free of Eigen: what tests/cuda/ptxas_check.py
 // compiles for sm_80 and sm_90 and checks ptxas' resource report of (no local-memory spills, the
-// register floor per kernel). A new kernel gets a line here and a row in ptxas_check.py's table.
+// register floor per kernel). The vector scan kernels are instantiated for both of their sources
+// (Semiseparable, LinearRecurrence). A new kernel gets a line here and a row in ptxas_check.py's
+// table.
 #include <iattn/backend/cuda/kernels/all.hpp>
 
 namespace iattn::cuda_detail {
 
-#define IATTN_INSTANTIATE_KERNELS(T)                                                              \
-  template __global__ void diagonal_apply<T>(diagonal_args<T>);                                   \
-  template __global__ void causal_conv_apply<T>(causal_conv_args<T>);                             \
-  template __global__ void chunk_carry<T>(T*, const T*, simt::index, simt::index);                \
-  template __global__ void lr_chunk_states<T>(lr_args<T>, T*, T*);                                \
-  template __global__ void lr_chunk_outputs<T>(lr_args<T>, const T*, T*);                         \
-  template __global__ void ss_chunk_states<T, 1>(ss_scan_args<T>, T*, T*);                        \
-  template __global__ void ss_chunk_states<T, 2>(ss_scan_args<T>, T*, T*);                        \
-  template __global__ void ss_chunk_states<T, 4>(ss_scan_args<T>, T*, T*);                        \
-  template __global__ void ss_chunk_outputs<T, 1>(ss_scan_args<T>, const T*, T*);                 \
-  template __global__ void ss_chunk_outputs<T, 2>(ss_scan_args<T>, const T*, T*);                 \
-  template __global__ void ss_chunk_outputs<T, 4>(ss_scan_args<T>, const T*, T*);                 \
-  template __global__ void ss_tile_totals<T>(ss_view<T>, simt::index, T*, simt::index);           \
-  template __global__ void ss_materialize_tiles<T>(ss_view<T>, simt::index, const T*, T*);
+#define IATTN_INSTANTIATE_KERNELS(T)                                                                                 \
+  template __global__ void diagonal_apply<T>(diagonal_args<T>);                                                      \
+  template __global__ void causal_conv_apply<T>(causal_conv_args<T>);                                                \
+  template __global__ void chunk_carry<T>(T*, const T*, simt::index, simt::index);                                   \
+  template __global__ void lr_chunk_states<T>(lr_args<T>, T*, T*);                                                   \
+  template __global__ void lr_chunk_outputs<T>(lr_args<T>, const T*, T*);                                            \
+  template __global__ void ss_chunk_states<T, 1>(ss_scan_args<T>, T*, T*);                                           \
+  template __global__ void ss_chunk_states<T, 2>(ss_scan_args<T>, T*, T*);                                           \
+  template __global__ void ss_chunk_states<T, 4>(ss_scan_args<T>, T*, T*);                                           \
+  template __global__ void ss_chunk_outputs<T, 1>(ss_scan_args<T>, const T*, T*);                                    \
+  template __global__ void ss_chunk_outputs<T, 2>(ss_scan_args<T>, const T*, T*);                                    \
+  template __global__ void ss_chunk_outputs<T, 4>(ss_scan_args<T>, const T*, T*);                                    \
+  template __global__ void ss_tile_totals<T>(ss_view<T>, simt::index, T*, simt::index);                              \
+  template __global__ void ss_materialize_tiles<T>(ss_view<T>, simt::index, const T*, T*);                           \
+  template __global__ void band_materialize<T>(band_factor<T>, T*, simt::index);                                     \
+  template __global__ void band_multiply<T>(band_factor<T>, bool, const T*, T*, simt::index);                        \
+  template __global__ void band_vector<T>(band_factor<T>, bool, const T*, T*, simt::index);                          \
+  template __global__ void lr_tile_totals<T>(lr_tile_args<T>, T*, simt::index);                                      \
+  template __global__ void lr_materialize_tiles<T>(lr_tile_args<T>, const T*, T*);                                   \
+  template __global__ void lower_product_tiles<T>(const T*, const T*, T*, simt::index);                              \
+  template __global__ void scan_vector_states<ss_vector_source<T>, T>(ss_vector_source<T>, const T*, T*, T*);        \
+  template __global__ void scan_vector_states<lr_vector_source<T>, T>(lr_vector_source<T>, const T*, T*, T*);        \
+  template __global__ void scan_vector_outputs<ss_vector_source<T>, T>(ss_vector_source<T>, const T*, const T*, T*); \
+  template __global__ void scan_vector_outputs<lr_vector_source<T>, T>(lr_vector_source<T>, const T*, const T*, T*); \
+  template __global__ void vector_sum_states<T>(const T*, simt::index, T*, simt::index);
 
 IATTN_INSTANTIATE_KERNELS(float)
 IATTN_INSTANTIATE_KERNELS(double)

@@ -33,6 +33,15 @@ FLOORS = {
     "ss_chunk_outputs": (128, 4),      #   512 threads/SM, <= 128 registers
     "ss_tile_totals": (256, 4),
     "ss_materialize_tiles": (256, 4),  # 4 accumulators, 25 KiB shared (double): 1024 threads/SM
+    "band_materialize": (256, 4),      # materialize, row and col of bands; band products
+    "band_multiply": (256, 4),
+    "band_vector": (256, 4),
+    "lr_tile_totals": (256, 4),
+    "lr_materialize_tiles": (256, 4),
+    "lower_product_tiles": (256, 4),   # 4 accumulators, 17 KiB shared (double)
+    "scan_vector_states": (256, 4),    # one channel's scan for row / col: one thread per (chunk, state)
+    "scan_vector_outputs": (256, 4),
+    "vector_sum_states": (256, 4),
 }
 REGISTERS_PER_SM = 65536
 SHARED_PER_SM = {"sm_80": 164 * 1024, "sm_90": 228 * 1024}

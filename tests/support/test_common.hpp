@@ -1,5 +1,7 @@
 // tests/support/test_common.hpp: Catch2 (2.13 or 3), random coefficients, the tolerance helper and
 // the dense oracles: every operator's matrix built with plain loops from docs/design.md section 2, in double.
+// The helpers the CUDA tests share (random coefficients, the band and recurrence oracles) are in
+// oracles.hpp, which nvcc compiles too.
 #pragma once
 
 #if defined(IATTN_CATCH2_V3)
@@ -9,6 +11,8 @@
 #endif
 
 #include <iattn/iattn.hpp>
+
+#include "oracles.hpp"  // rng(), uniform(), dense_diagonal/conv/linear_recurrence (nvcc-safe)
 
 #include <cmath>
 #include <limits>
@@ -30,18 +34,6 @@ T tolerance() {
   return std::is_same_v<T, float> ? T(1e-4) : T(1e-10);
 }
 
-inline std::mt19937& rng() {
-  static std::mt19937 g(12345);
-  return g;
-}
-
-template <class T>
-Mat<T> uniform(Index r, Index c, double lo, double hi) {
-  std::uniform_real_distribution<double> u(lo, hi);
-  Mat<T> m(r, c);
-  for (Index i = 0; i < m.size(); ++i) m.data()[i] = T(u(rng()));
-  return m;
-}
 template <class T>
 Mat<T> normal(Index r, Index c, double sd = 1.0) {
   std::normal_distribution<double> n(0.0, sd);
@@ -67,31 +59,6 @@ void check_close(const A& a, const B& b, double tol) {
 template <class M>
 MatD dd(const M& m) { return m.template cast<double>(); }
 
-inline MatD dense_diagonal(const MatD& d, Index c, Index L) {
-  MatD M = MatD::Zero(L, L);
-  for (Index t = 0; t < L; ++t) M(t, t) = d(d.rows() == 1 ? 0 : t, c);
-  return M;
-}
-inline MatD dense_conv(const MatD& w, Index c, Index L) {
-  const Index K = w.rows();
-  MatD M = MatD::Zero(L, L);
-  for (Index t = 0; t < L; ++t)
-    for (Index s = 0; s <= t; ++s)
-      if (t - s < K) M(t, s) = w(K - 1 - (t - s), c);
-  return M;
-}
-inline MatD dense_linear_recurrence(const MatD& a, const MatD& b, Index c) {
-  const Index L = a.rows();
-  MatD M = MatD::Zero(L, L);
-  for (Index s = 0; s < L; ++s) {
-    double p = 1;  // prod_{k=s+1..t} a_k
-    for (Index t = s; t < L; ++t) {
-      if (t > s) p *= a(t, c);
-      M(t, s) = p * b(s, c);
-    }
-  }
-  return M;
-}
 /// Semiseparable with H heads, P channels per head, G groups; strict with an optional bonus (H, N).
 inline MatD dense_semiseparable(const MatD& lam, const MatD& B, const MatD& C, Index H, Index P, Index G, Index c,
                                 bool strict = false, const MatD* bonus = nullptr) {

@@ -1,7 +1,9 @@
-// iattn/backend/cuda/causal_conv.hpp: CUDA evaluator of CausalConv (apply: kernels/causal_conv.hpp).
+// iattn/backend/cuda/causal_conv.hpp: CUDA evaluator of CausalConv: apply (kernels/causal_conv.hpp);
+// materialize (the banded Toeplitz matrix) and the vectors of row/col (kernels/band.hpp), O(L K).
 #pragma once
 
 #include "../../ops/causal_conv.hpp"
+#include "band.hpp"
 #include "evaluator.hpp"
 #include "kernels/causal_conv.hpp"
 
@@ -10,7 +12,8 @@ namespace iattn::cuda_detail {
 template <class T>
 struct cuda_eval<CausalConv<T>> {
   static constexpr bool applies = true;
-  static constexpr bool materializes = false;
+  static constexpr bool materializes = true;
+  static constexpr bool slices = true;
 
   static void apply(const CausalConv<T>& n, const cuda& on, const T* x, T* y, Index L) {
     const auto w = upload(n.w(), on.stream);  // (K, D)
@@ -18,6 +21,16 @@ struct cuda_eval<CausalConv<T>> {
     simt::launch("causal_conv_apply", &causal_conv_apply<T>,
                  {{simt::blocks_for(L * D, elementwise_threads)}, {elementwise_threads}, 0}, on.stream,
                  causal_conv_args<T>{w.data(), n.width(), x, y, L, D});
+  }
+
+  static void materialize(const CausalConv<T>& n, const cuda& on, Index c, T* out, Index L) {
+    const device_band<T> b(n, c, on);
+    simt::launch("band_materialize", &band_materialize<T>, elementwise_launch(L * L), on.stream, b.f, out, L);
+  }
+
+  static void vector(const CausalConv<T>& n, const cuda& on, Index c, bool transposed, const T* x, T* y, Index L) {
+    const device_band<T> b(n, c, on);
+    simt::launch("band_vector", &band_vector<T>, elementwise_launch(L), on.stream, b.f, transposed, x, y, L);
   }
 };
 

@@ -1,7 +1,9 @@
-// iattn/backend/cuda/diagonal.hpp: CUDA evaluator of Diagonal (apply: kernels/diagonal.hpp).
+// iattn/backend/cuda/diagonal.hpp: CUDA evaluator of Diagonal: apply (kernels/diagonal.hpp);
+// materialize and the vectors of row/col as a band of width 1 (kernels/band.hpp).
 #pragma once
 
 #include "../../ops/diagonal.hpp"
+#include "band.hpp"
 #include "evaluator.hpp"
 #include "kernels/diagonal.hpp"
 
@@ -10,7 +12,8 @@ namespace iattn::cuda_detail {
 template <class T>
 struct cuda_eval<Diagonal<T>> {
   static constexpr bool applies = true;
-  static constexpr bool materializes = false;
+  static constexpr bool materializes = true;
+  static constexpr bool slices = true;
 
   static void apply(const Diagonal<T>& n, const cuda& on, const T* x, T* y, Index L) {
     const auto d = upload(n.d(), on.stream);  // (L, D) or (1, D)
@@ -18,6 +21,16 @@ struct cuda_eval<Diagonal<T>> {
     simt::launch("diagonal_apply", &diagonal_apply<T>,
                  {{simt::blocks_for(L * D, elementwise_threads)}, {elementwise_threads}, 0}, on.stream,
                  diagonal_args<T>{d.data(), n.d().rows(), x, y, L, D});
+  }
+
+  static void materialize(const Diagonal<T>& n, const cuda& on, Index c, T* out, Index L) {
+    const device_band<T> b(n, c, on);
+    simt::launch("band_materialize", &band_materialize<T>, elementwise_launch(L * L), on.stream, b.f, out, L);
+  }
+
+  static void vector(const Diagonal<T>& n, const cuda& on, Index c, bool transposed, const T* x, T* y, Index L) {
+    const device_band<T> b(n, c, on);
+    simt::launch("band_vector", &band_vector<T>, elementwise_launch(L), on.stream, b.f, transposed, x, y, L);
   }
 };
 

@@ -307,11 +307,18 @@ inline dims unflatten(unsigned long long i, const dims& extent) {
   return d;
 }
 
+/// A kernel call without its type: what run_body calls in every thread (the launch's lambda
+/// outlives the call), so that the launch machinery below is compiled once, not once per kernel.
+struct body_ref {
+  void* object;
+  void (*call)(void*);
+  void operator()() const { call(object); }
+};
+
 /// Runs `body` (the kernel call) as the grid of cfg: block.count() threads walk the blocks in
 /// turn. Returns when every block has run; throws std::runtime_error on an error a GPU would
 /// leave undefined (see the header comment), std::invalid_argument on a launch CUDA would reject.
-template <class Body>
-void run(const char* name, const launch_config& cfg, schedule order, Body&& body) {
+inline void run_body(const char* name, const launch_config& cfg, schedule order, body_ref body) {
   check_config(name, cfg);
   launch_state st(name, cfg, order);
   const unsigned long long nblocks = cfg.grid.count();
@@ -346,6 +353,13 @@ void run(const char* name, const launch_config& cfg, schedule order, Body&& body
                              std::to_string(st.threads()) + " threads: " + e.what());
   }
   if (st.failed()) throw std::runtime_error(std::string("emulated kernel ") + name + ": " + st.error());
+}
+
+/// run_body for any callable `body` (the kernel call).
+template <class Body>
+void run(const char* name, const launch_config& cfg, schedule order, Body&& body) {
+  using B = std::remove_reference_t<Body>;
+  run_body(name, cfg, order, body_ref{const_cast<void*>(static_cast<const void*>(&body)), [](void* p) { (*static_cast<B*>(p))(); }});
 }
 
 // ---- the SIMT functions' emulated bodies (simt.hpp forwards to these) ----------------------------

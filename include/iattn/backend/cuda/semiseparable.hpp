@@ -3,12 +3,14 @@
 // or without a bonus):
 //   apply        the chunked scan of kernels/semiseparable_scan.hpp; N <= 512 (scan_max_state)
 //   materialize  the stable tiles of kernels/semiseparable_tiles.hpp; any N
+//   vector       one channel's scan, forward or transposed (kernels/vector_scan.hpp); any N
 #pragma once
 
 #include "../../ops/semiseparable.hpp"
 #include "evaluator.hpp"
 #include "kernels/semiseparable_scan.hpp"
 #include "kernels/semiseparable_tiles.hpp"
+#include "vector_scan.hpp"
 
 #include <string>
 
@@ -36,6 +38,7 @@ template <class T>
 struct cuda_eval<Semiseparable<T>> {
   static constexpr bool applies = true;
   static constexpr bool materializes = true;
+  static constexpr bool slices = true;
 
   static void apply(const Semiseparable<T>& n, const cuda& on, const T* x, T* y, Index L) {
     const Index N = n.state(), D = n.channels(), chunks = (L + scan_chunk - 1) / scan_chunk;
@@ -76,6 +79,13 @@ struct cuda_eval<Semiseparable<T>> {
     simt::launch("ss_materialize_tiles", &ss_materialize_tiles<T>,
                  {{unsigned(tiles), unsigned(tiles)}, {tile_dim, tile_rows}, 0}, on.stream, ds.view, c,
                  static_cast<const T*>(total.data()), out);
+  }
+
+  static void vector(const Semiseparable<T>& n, const cuda& on, Index c, bool transposed, const T* x, T* y, Index L) {
+    if (L == 0) return;
+    const device_semiseparable<T> ds(n, on.stream);
+    const Index h = n.head_of(c);
+    run_vector_scan(ss_vector_source<T>{ds.view, h, ds.view.group(h), transposed}, on, x, y, L);
   }
 };
 

@@ -2,10 +2,14 @@
 // check, tests/cuda/kernels.cu, which instantiates each one). Free of Eigen and of host-only code.
 #pragma once
 
+#include "band.hpp"
 #include "causal_conv.hpp"
 #include "chunked_scan.hpp"
 #include "diagonal.hpp"
 #include "linear_recurrence.hpp"
+#include "linear_recurrence_tiles.hpp"
+#include "lower_product.hpp"
 #include "semiseparable_scan.hpp"
 #include "semiseparable_tiles.hpp"
 #include "semiseparable_view.hpp"
+#include "vector_scan.hpp"

@@ -1,0 +1,84 @@
+// iattn/backend/cuda/band.hpp: the banded factors' host side (kernels/band.hpp). A Diagonal, a
+// CausalConv, or the fused pair diag(d) * conv(w) (Mamba's Delta before its convolution) is one
+// band_factor: its coefficients uploaded, one launch per use.
+//   device_band<T>(node, c, on)      the factor of channel c on the device
+//   band_multiply_into(B, on, c, left, in, out, L)   out = M B (right) or B M (left) for any band
+//                                    expression B (products of bands factor by factor, through a
+//                                    device temporary); in == out only when B is diagonal
+#pragma once
+
+#include "../../ops/causal_conv.hpp"
+#include "../../ops/diagonal.hpp"
+#include "../../ops/product.hpp"
+#include "kernels/band.hpp"
+#include "memory.hpp"
+
+#include <type_traits>
+
+namespace iattn::cuda_detail {
+
+/// Whether Node is one band_factor: Diagonal, CausalConv, or Product<Diagonal, CausalConv>.
+template <class Node>
+inline constexpr bool single_band_v = false;
+template <class T>
+inline constexpr bool single_band_v<Diagonal<T>> = true;
+template <class T>
+inline constexpr bool single_band_v<CausalConv<T>> = true;
+template <class T>
+inline constexpr bool single_band_v<Product<Diagonal<T>, CausalConv<T>>> = true;
+
+/// A band factor's coefficients on the device and the kernels' view of channel c.
+template <class T>
+struct device_band {
+  device_buffer<T> d, w;
+  band_factor<T> f{nullptr, 1, nullptr, 1, 1, 0};
+
+  device_band(const Diagonal<T>& n, Index c, const cuda& on) : d(upload(n.d(), on.stream)) {
+    f = band_factor<T>{d.data(), n.d().rows(), nullptr, 1, n.channels(), c};
+  }
+  device_band(const CausalConv<T>& n, Index c, const cuda& on) : w(upload(n.w(), on.stream)) {
+    f = band_factor<T>{nullptr, 1, w.data(), n.width(), n.channels(), c};
+  }
+  device_band(const Product<Diagonal<T>, CausalConv<T>>& n, Index c, const cuda& on)
+      : d(upload(n.left().d(), on.stream)), w(upload(n.right().w(), on.stream)) {
+    f = band_factor<T>{d.data(), n.left().d().rows(), w.data(), n.right().width(), n.channels(), c};
+  }
+};
+
+/// A grid-stride launch over n items: blocks of elementwise_threads, or of n rounded up to whole
+/// warps when n is smaller (a row's short vectors: no idle warps, and fewer emulated threads).
+inline simt::launch_config elementwise_launch(Index n) {
+  const unsigned threads = n >= Index(elementwise_threads) ? elementwise_threads
+                                                            : unsigned((n + simt::warp_size - 1) / simt::warp_size) * simt::warp_size;
+  return {{simt::blocks_for(n, threads)}, {threads > 0 ? threads : simt::warp_size}, 0};
+}
+
+template <class T>
+void launch_band_multiply(const band_factor<T>& f, const cuda& on, bool left, const T* in, T* out, Index L) {
+  simt::launch("band_multiply", &band_multiply<T>, elementwise_launch(L * L), on.stream, f, left, in, out, L);
+}
+
+/// out = M B (left = false) or B M (left = true) for channel c, M = in (L, L) lower-triangular.
+template <class Band, class T>
+void band_multiply_into(const Band& b, const cuda& on, Index c, bool left, const T* in, T* out, Index L) {
+  static_assert(is_band_v<Band>, "band_multiply_into: a band expression");
+  if constexpr (single_band_v<Band>) {
+    const device_band<T> db(b, c, on);
+    launch_band_multiply(db.f, on, left, in, out, L);
+  } else if constexpr (is_diagonal_v<Band>) {  // Product of diagonals: they commute, every step in place
+    band_multiply_into(b.left(), on, c, left, in, out, L);
+    band_multiply_into(b.right(), on, c, left, static_cast<const T*>(out), out, L);
+  } else {  // Product<B1, B2>: M B1 B2 = (M B1) B2; B1 B2 M = B1 (B2 M)
+    device_buffer<T> tmp(L * L, on.stream);
+    const T* mid = tmp.data();
+    if (left) {
+      band_multiply_into(b.right(), on, c, true, in, tmp.data(), L);
+      band_multiply_into(b.left(), on, c, true, mid, out, L);
+    } else {
+      band_multiply_into(b.left(), on, c, false, in, tmp.data(), L);
+      band_multiply_into(b.right(), on, c, false, mid, out, L);
+    }
+  }
+}
+
+}  // namespace iattn::cuda_detail
