@@ -755,3 +755,90 @@ TEST_CASE("transition: operands are owned, ref() is zero-copy", "[transition]") 
   REQUIRE_FALSE(Tr.q().owning());
   expect_close("ref operands (double)", iattn::materialize(Tr, 2), dense_head(p, 1), 1e-10);
 }
+
+// ---- the recurrence at RWKV-7's head shape (backend/cpu/transition_scan.hpp) ----------------------
+namespace {
+
+/// RWKV-7's transition at N = P = 64: A_t = Diag(e^w) + (kk (.) lr) (-kk)^T per head, kk unit
+/// per (token, head), lr in (0, 1), w one log-decay per key in (-0.6, 0). apply keeps the
+/// recurrence for it (chunk_pays), gathered block by block (workspace::B tokens), the heads of a
+/// slab in one scan.
+template <class T>
+params<T> rwkv7_params(Index L, Index H) {
+  const Index N = 64;
+  params<T> p;
+  p.kd = kind::generic, p.L = L, p.H = H, p.P = N, p.N = N, p.R = 1;
+  p.q = normal<T>(L, H * N, 0.3);
+  p.k = normal<T>(L, H * N, 0.3);
+  p.lam = uniform<T>(L, H * N, -0.6, -0.01);
+  Mat<T> kk = normal<T>(L, H * N);
+  normalise_keys(kk, H, N);
+  const Mat<T> lr = uniform<T>(L, H * N, 0.0, 1.0);
+  p.a = -kk;
+  p.b = kk.cwiseProduct(lr);
+  return p;
+}
+
+}  // namespace
+
+TEMPLATE_TEST_CASE("transition: the recurrence at RWKV-7's head shape, at every block tail", "[transition]", float,
+                   double) {
+  using T = TestType;
+  const Index B = td::workspace<T>(64, 1, 64).B;
+  REQUIRE(B >= 2);
+  REQUIRE(td::recurrence_only(rwkv7_params<T>(4, 2).node(), 64));
+  for (Index H : {Index(2), Index(3)})  // one slab of two heads; a second slab with one
+    for (Index L : {Index(1), Index(2), B - 1, B, B + 1, 2 * B + 1, 3 * B, Index(41)}) {
+      if (L < 1) continue;
+      INFO("H = " << H << ", L = " << L << ", B = " << B);
+      const auto p = rwkv7_params<T>(L, H);
+      const auto Tn = p.node();
+      const std::vector<MatD> M = dense_heads(p);
+      auto oracle = [&](Index c) -> const MatD& { return M[std::size_t(c / p.P)]; };
+      const Mat<T> x = normal<T>(L, p.D());
+      expect_close(tag<T>("rwkv7 apply"), iattn::apply(Tn, x), dense_apply(oracle, dd(x)), tolerance<T>());
+      // the transposed scan (row) and a composition (apply_scaled: pre and post factors per token)
+      const Index t = L / 2;
+      const MatD r = dd(iattn::row(Tn, t));
+      for (Index c : {Index(0), p.D() - 1}) expect_close(tag<T>("rwkv7 row"), r.row(c), oracle(c).row(t), tolerance<T>());
+      const Mat<T> d = uniform<T>(L, p.D(), 0.5, 1.5), e = uniform<T>(L, p.D(), 0.5, 1.5);
+      auto o1 = [&](Index c) { return MatD(dd(d).col(c).asDiagonal() * oracle(c) * dd(e).col(c).asDiagonal()); };
+      expect_close(tag<T>("rwkv7 diag * T * diag"), iattn::apply(iattn::diagonal(d) * Tn * iattn::diagonal(e), x),
+                   dense_apply(o1, dd(x)), tolerance<T>());
+    }
+}
+
+TEST_CASE("transition: the recurrence at RWKV-7's head shape, resets and NaN", "[transition]") {
+  const Index L = 40, H = 2, P = 64;
+  for (Index t0 : {Index(1), Index(5), Index(6), Index(7), Index(23)}) {  // inside and at block edges
+    INFO("reset at " << t0);
+    auto p = rwkv7_params<double>(L, H);
+    for (Index m = 0; m < 64; ++m) {  // head 1 forgets everything at t0, no low-rank path across it
+      p.lam(t0, 64 + m) = -std::numeric_limits<double>::infinity();
+      p.b(t0, 64 + m) = 0;
+    }
+    const auto Tn = p.node();
+    MatD x = MatD::Zero(L, H * P);
+    x.topRows(t0).setRandom();
+    const MatD y = iattn::apply(Tn, x);
+    for (Index t = t0; t < L; ++t)
+      for (Index c = P; c < 2 * P; ++c) REQUIRE(y(t, c) == 0.0);
+    expect_close("rwkv7 reset (double)", y, dense_apply([&](Index c) { return dense_head(p, c / P); }, x), 1e-10);
+    const MatD r = iattn::row(Tn, L - 1);
+    for (Index s = 0; s < t0; ++s) REQUIRE(r(P, s) == 0.0);
+  }
+  {  // NaN in one value reaches its channel from its token on; NaN in q_t, the head's row t only
+    auto p = rwkv7_params<double>(L, H);
+    p.q(30, 3) = std::numeric_limits<double>::quiet_NaN();
+    const auto Tn = p.node();
+    MatD x = normal<double>(L, H * P);
+    x(20, 70) = std::numeric_limits<double>::quiet_NaN();
+    const MatD y = iattn::apply(Tn, x);
+    for (Index t = 0; t < L; ++t)
+      for (Index c = 0; c < H * P; ++c) {
+        INFO("t = " << t << ", c = " << c);
+        const bool nan = (c == 70 && t >= 20) || (c < P && t == 30);
+        REQUIRE(std::isnan(y(t, c)) == nan);
+      }
+  }
+}

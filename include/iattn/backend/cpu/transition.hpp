@@ -32,6 +32,7 @@
 
 #include "../../ops/transition.hpp"
 #include "gemm.hpp"
+#include "product.hpp"
 #include "simd.hpp"
 #include "tile.hpp"
 #include "transition_chunk.hpp"
@@ -307,17 +308,61 @@ std::shared_ptr<head_matrix<T>> shared_head_matrix(const Transition<T>& n, Index
   return m;
 }
 
-/// y = H x for one head's np channels (x, y: the slab's columns j.., row stride nc): chunk by
-/// chunk, chunked or by the recurrence, on one state.
 template <class T>
-void apply_head(const Transition<T>& n, Index L, Index h, Index nc, Index j, Index np, const T* x, T* y) {
+void apply_head(const Transition<T>& n, Index L, Index h, Index ldx, Index ldy, Index j, Index np, const T* x, T* y);
+
+/// Whether apply runs a head of np channels by the recurrence throughout, decided before any
+/// chunk's factors: forced, or (at R > 0) when not even collapsed writes, the cheaper case, would
+/// make the chunked form pay.
+template <class T>
+bool recurrence_only(const Transition<T>& n, Index np) {
+  return chunk_tuning::force < 0 ||
+         (chunk_tuning::force == 0 && n.rank() > 0 && !chunk_pays(n.state(), np, n.rank(), n.per_key(), true));
+}
+
+/// y = H x on the slab's channels (x, y rows ldx and ldy entries apart): every head it meets by
+/// apply_head, or, when each of them runs the recurrence throughout, all of them in one scan
+/// (scan_forward_heads: their rows of a token share pages).
+template <class T>
+void apply_slab(const Transition<T>& n, Index L, Index c0, Index nc, Index ldx, Index ldy, const T* x, T* y) {
+  std::vector<std::tuple<Index, Index, Index>> heads;  // (h, j, np)
+  bool all_scan = true;
+  for_heads(n, c0, nc, [&](Index h, Index j, Index np) {
+    heads.emplace_back(h, j, np);
+    all_scan = all_scan && recurrence_only(n, np);
+  });
+  if (!all_scan || heads.size() < 2) {
+    for (const auto& [h, j, np] : heads) apply_head(n, L, h, ldx, ldy, j, np, x, y);
+    return;
+  }
+  std::vector<head_view<T>> hv;
+  std::vector<workspace<T>> ws;
+  for (const auto& [h, j, np] : heads) hv.emplace_back(n, h), ws.emplace_back(n.state(), n.rank(), np);
+  scan_forward_heads(hv.data(), ws.data(), Index(heads.size()), 0, 0, L,
+                     [&](Index k, Index t) { return x + t * ldx + std::get<1>(heads[std::size_t(k)]); },
+                     [&](Index k, Index t) { return y + t * ldy + std::get<1>(heads[std::size_t(k)]); });
+}
+
+/// y = H x for one head's np channels (x, y: the columns j.. of rows ldx and ldy entries apart):
+/// chunk by chunk, chunked or by the recurrence, on one state; once the recurrence is chosen for
+/// the head, the rest of its tokens in one scan.
+template <class T>
+void apply_head(const Transition<T>& n, Index L, Index h, Index ldx, Index ldy, Index j, Index np, const T* x, T* y) {
   const head_view<T> hv(n, h);
-  const Index N = hv.N, R = hv.R, zrows = N + apply_chunk_len * (1 + R);
+  const Index N = hv.N, R = hv.R;
+  auto xrow = [&](Index t) { return x + t * ldx + j; };
+  auto yrow = [&](Index t) { return y + t * ldy + j; };
+  int chunked = recurrence_only(n, np) ? -1 : chunk_tuning::force;  // 0: decided at the first chunk the form takes
+  if (chunked < 0) {  // the recurrence throughout
+    workspace<T> ws(N, R, np);
+    scan_forward(hv, 0, 0, L, ws, xrow, yrow);
+    return;
+  }
+  const Index zrows = N + apply_chunk_len * (1 + R);
   std::optional<workspace<T>> ws;  // the recurrence's state and scratch, when a chunk needs it
   const scratch<T> z(zrows * np), pk(gemm_padded_rows<T>(np) * zrows);  // [S; V; U] and its packing
   std::fill(z.data(), z.data() + N * np, T(0));
   bool in_ws = false;  // the state is ws->Y after the recurrence, else z's first N rows
-  int chunked = chunk_tuning::force;  // 0: decided at the first chunk the form takes
   chunk_factors<T> f;
   for (Index t0 = 0; t0 < L; t0 += apply_chunk_len) {
     const Index C = std::min(apply_chunk_len, L - t0);
@@ -329,7 +374,7 @@ void apply_head(const Transition<T>& n, Index L, Index h, Index nc, Index j, Ind
         if (R > 0) prefetch_l1(hv.a(t), R * N), prefetch_l1(hv.b(t), R * N);
       }
       if (in_ws) std::copy(ws->Y.begin(), ws->Y.end(), z.data());
-      if (chunk_apply(f, z.data(), np, x + t0 * nc + j, nc, pk.data(), y + t0 * nc + j, nc)) {
+      if (chunk_apply(f, z.data(), np, xrow(t0), ldx, pk.data(), yrow(t0), ldy)) {
         in_ws = false;
         continue;
       }
@@ -343,8 +388,10 @@ void apply_head(const Transition<T>& n, Index L, Index h, Index nc, Index j, Ind
       }
       in_ws = true;
     }
-    scan_forward(
-        hv, 0, t0, t0 + C, *ws, [&](Index t) { return x + t * nc + j; }, [&](Index t) { return y + t * nc + j; });
+    // the recurrence chosen for the head: the rest of its tokens in one scan
+    const Index t1 = chunked < 0 ? L : t0 + C;
+    scan_forward(hv, 0, t0, t1, *ws, xrow, yrow);
+    if (chunked < 0) return;
   }
 }
 
@@ -354,9 +401,28 @@ template <class T>
 struct slab_eval<Transition<T>> {
   /// y = H x on channels [c0, c0 + nc): every head the slab meets, chunk by chunk.
   static void apply(const Transition<T>& n, const context& cx, Index c0, Index nc, const T* x, T* y) {
-    transition_detail::for_heads(n, c0, nc, [&](Index h, Index j, Index np) {
-      transition_detail::apply_head(n, cx.L, h, nc, j, np, x, y);
-    });
+    transition_detail::apply_slab(n, cx.L, c0, nc, nc, nc, x, y);
+  }
+  /// y = post * (H (pre * x)): x and y rows sc.ldx and sc.ldy apart (the caller's (L, D) matrices
+  /// when apply_slabs hands them over: streams_rows_v below), an input shaped by pre or conv formed
+  /// in a slab first, the post factors applied to the finished rows.
+  static void apply_scaled(const Transition<T>& n, const context& cx, Index c0, Index nc, const T* x, T* y,
+                           const row_ops<T>& sc) {
+    const Index ldy = sc.y_stride(nc);
+    Index ldx = sc.x_stride(nc);
+    std::optional<scratch<T>> tmp;
+    if (sc.shapes_input()) {
+      tmp.emplace(cx.L * nc);
+      for (Index t = 0; t < cx.L; ++t) {
+        T* row = tmp->data() + t * nc;
+        const T* in = input_row(&sc, t, c0, nc, x, row);
+        if (in != row) std::copy(in, in + nc, row);
+      }
+      x = tmp->data(), ldx = nc;
+    }
+    transition_detail::apply_slab(n, cx.L, c0, nc, ldx, ldy, x, y);
+    if (!sc.post.empty())
+      for (Index t = 0; t < cx.L; ++t) finish_row(&sc, t, c0, nc, y + t * ldy);
   }
   /// y = H^T x: the anti-causal transposed scan of every head the slab meets.
   static void apply_t(const Transition<T>& n, const context& cx, Index c0, Index nc, const T* x, T* y) {
@@ -368,6 +434,12 @@ struct slab_eval<Transition<T>> {
     });
   }
 };
+
+/// A Transition reads each row of x and writes each row of y only inside its token loops (every
+/// head's scan or chunks, rows ldx and ldy apart), so apply_slabs hands it the caller's (L, D)
+/// matrices instead of copying slabs in and out (product.hpp's streams_rows for the scans).
+template <class T>
+inline constexpr bool streams_rows_v<T, Transition<T>> = true;
 
 template <class T>
 struct channel_eval<Transition<T>, T> {

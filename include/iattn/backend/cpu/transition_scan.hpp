@@ -21,6 +21,33 @@
 
 namespace iattn::cpu_detail::transition_detail {
 
+/// Asks for the n values from p (one token's row) ahead of their use: a load of the first and the
+/// last (a load walks the page tables where a missed prefetch may be dropped, and such rows lie a
+/// page or more apart, so nearly every one misses the TLB), and prefetches of the lines between
+/// into L2 rather than L1, whose few sets such rows map to the state shares.
+template <class T>
+void prefetch_scan(const T* p, Index n) {
+  if (n <= 0) return;
+  T v = *static_cast<const volatile T*>(p);
+  v += *static_cast<const volatile T*>(p + n - 1);
+#if defined(__GNUC__) || defined(__clang__)
+  asm volatile("" : : "x"(v));
+  const char* c = reinterpret_cast<const char*>(p);
+  for (Index b = 64; b < n * Index(sizeof(T)); b += 64) __builtin_prefetch(c + b, 0, 2);
+#else
+  (void)v;
+#endif
+}
+
+/// dst[0:n] = src[0:n] in packs.
+template <class T>
+void copy_row_scan(const T* src, Index n, T* dst) {
+  simd::for_packs<T>(n, [&](auto w, Index i) {
+    using P = simd::pack<T, decltype(w)::value>;
+    P::load(src + i).store(dst + i);
+  });
+}
+
 /// One head's coefficient rows.
 template <class T>
 struct head_view {
@@ -31,6 +58,13 @@ struct head_view {
   const T* k(Index t) const { return n->k().row(t) + h * N; }
   const T* a(Index t) const { return n->a().row(t) + h * R * N; }  // R x N, only when R > 0
   const T* b(Index t) const { return n->b().row(t) + h * R * N; }
+  /// Asks for token t's rows of q, k, b and the log-decays, and a's of t + 1 with next_a (else of
+  /// t) (prefetch_scan; scan_block gathers them).
+  void prefetch(Index t, bool next_a) const {
+    prefetch_scan(q(t), N), prefetch_scan(k(t), N);
+    if (R > 0) prefetch_scan(a(next_a ? t + 1 : t), R * N), prefetch_scan(b(t), R * N);
+    if (n->per_key()) prefetch_scan(n->lambda().row(t) + h * N, N);
+  }
   /// e[m] = exp(lambda_t[h, m]) for m < N.
   void decays(Index t, T* e) const {
     if (n->per_key()) {
@@ -67,6 +101,8 @@ template <class T, int RC, int W, int G>
 inline void step_packs(Index N, Index R, Index n, T* Y, const step_coeffs<T>& c, const T* w, T* wn, const T* x, T* y,
                        Index j) {
   using P = simd::pack<T, W>;
+  // the coefficient rows in registers (stores to Y could alias a step_coeffs the pass reads)
+  const T *const ce = c.e, *const cu = c.u, *const cin = c.in, *const cout = c.out, *const cnext = c.next;
   P xv[G], o[G];
   for (int g = 0; g < G; ++g) {
     xv[g] = P::load(x + j + g * W);
@@ -82,11 +118,11 @@ inline void step_packs(Index N, Index R, Index n, T* Y, const step_coeffs<T>& c,
         acc[r][g] = P::broadcast(T(0));
       }
     for (Index m = 0; m < N; ++m, yp += n) {
-      const P e = P::broadcast(c.e[m]), in = P::broadcast(c.in[m]), out = P::broadcast(c.out[m]);
+      const P e = P::broadcast(ce[m]), in = P::broadcast(cin[m]), out = P::broadcast(cout[m]);
       P v[G];
       for (int g = 0; g < G; ++g) v[g] = fma(e, P::load(yp + g * W), in * xv[g]);
       for (int r = 0; r < RC; ++r) {
-        const P u = P::broadcast(c.u[r * N + m]);
+        const P u = P::broadcast(cu[r * N + m]);
         for (int g = 0; g < G; ++g) v[g] = fma(u, wr[r][g], v[g]);
       }
       for (int g = 0; g < G; ++g) {
@@ -94,7 +130,7 @@ inline void step_packs(Index N, Index R, Index n, T* Y, const step_coeffs<T>& c,
         o[g] = fma(out, v[g], o[g]);
       }
       for (int r = 0; r < RC; ++r) {
-        const P nx = P::broadcast(c.next[r * N + m]);
+        const P nx = P::broadcast(cnext[r * N + m]);
         for (int g = 0; g < G; ++g) acc[r][g] = fma(nx, v[g], acc[r][g]);
       }
     }
@@ -132,15 +168,64 @@ void step(Index N, Index R, Index n, T* Y, const step_coeffs<T>& c, const T* w, 
     for (; j < n; ++j) step_packs<T, RC, 1, 1>(N, R, n, Y, c, w, wn, x, y, j);
 }
 
-/// The state of one scan over n channels and its scratch.
+/// Bytes of one block of a scan's gathered token rows and outputs (scan_block): with the state
+/// (16 KiB at N = P = 64) inside a 32 KiB L1.
+inline constexpr Index scan_block_bytes = 12 << 10;
+
+/// The state of one scan over n channels and its scratch: the state Y (N x n), the projections
+/// w and wn (R x n), and a block of B gathered token rows (scan_block), each
+/// [e (N) | in (N) | out (N) | u (R N) | next (R N) | x (n)], with their outputs (n each).
 template <class T>
 struct workspace {
-  Index n;
-  std::vector<T> e, zeros, Y, w, wn;
+  Index n, rs, B;
+  std::vector<T> zeros, Y, w, wn, rows, ys;
   workspace(Index N, Index R, Index channels)
-      : n(channels), e(std::size_t(N)), zeros(std::size_t(std::max<Index>(R, 1) * N), T(0)),
-        Y(std::size_t(N * channels), T(0)), w(std::size_t(std::max<Index>(R, 1) * channels), T(0)), wn(w.size()) {}
+      : n(channels), rs((3 + 2 * R) * N + channels),
+        B(std::max<Index>(1, std::min<Index>(16, scan_block_bytes / Index(sizeof(T)) / (rs + channels)))),
+        zeros(std::size_t(std::max<Index>(R, 1) * N), T(0)), Y(std::size_t(N * channels), T(0)),
+        w(std::size_t(std::max<Index>(R, 1) * channels), T(0)), wn(w.size()), rows(std::size_t(B * rs)),
+        ys(std::size_t(B * channels)) {}
 };
+
+/// What one token of a scan reads, gathered into row (the layout of workspace::rows): the decays
+/// e (exp of the log-decays of token td, or zeros when td < 0), in, out, u and next (R rows; zeros
+/// when null) and x.
+template <class T>
+void gather_token(const head_view<T>& hv, Index td, const T* in, const T* out, const T* u, const T* next, const T* x,
+                  Index n, T* row) {
+  const Index N = hv.N, RN = hv.R * N;
+  auto put = [](const T* src, Index len, T* dst) {
+    if (src) copy_row_scan(src, len, dst);
+    else std::fill(dst, dst + len, T(0));
+  };
+  if (td >= 0) hv.decays(td, row);
+  else std::fill(row, row + N, T(0));
+  put(in, N, row + N), put(out, N, row + 2 * N);
+  if (RN > 0) put(u, RN, row + 3 * N), put(next, RN, row + 3 * N + RN);
+  put(x, n, row + 3 * N + 2 * RN);
+}
+
+/// Tokens i0..i1-1 (at most ws.B) of one head's scan, token i being first + dir i (dir = +1 or -1):
+/// the next block's rows prefetched (prefetch(t)), each token's rows gathered contiguous
+/// (gather(t, row)), its step on them, and the outputs copied to yrow(t). Token rows lie a page or
+/// more apart in the (L, H N) coefficients and the caller's (L, D) values: read in place, their
+/// lines fall in a few L1 sets that the state shares (every step would reload the state from L2),
+/// and each of them costs a page walk.
+template <int RC, class T, class Prefetch, class Gather, class YRow>
+void scan_block(const head_view<T>& hv, workspace<T>& ws, Index first, Index count, Index dir, Index i0, Index i1,
+                Prefetch&& prefetch, Gather&& gather, YRow&& yrow) {
+  const Index N = hv.N, R = hv.R, n = ws.n, RN = R * N;
+  for (Index i = i1; i < std::min(count, 2 * i1 - i0); ++i) prefetch(first + dir * i);  // the next block
+  for (Index i = i0; i < i1; ++i) gather(first + dir * i, ws.rows.data() + (i - i0) * ws.rs);
+  for (Index i = i0; i < i1; ++i) {
+    const T* row = ws.rows.data() + (i - i0) * ws.rs;
+    const step_coeffs<T> c{row, R > 0 ? row + 3 * N : ws.zeros.data(), row + N, row + 2 * N,
+                           R > 0 ? row + 3 * N + RN : ws.zeros.data()};
+    step<T, RC>(N, R, n, ws.Y.data(), c, ws.w.data(), ws.wn.data(), row + 3 * N + 2 * RN, ws.ys.data() + (i - i0) * n);
+    std::swap(ws.w, ws.wn);
+  }
+  for (Index i = i0; i < i1; ++i) copy_row_scan(ws.ys.data() + (i - i0) * n, n, yrow(first + dir * i));
+}
 
 /// Calls f(std::integral_constant<int, RC>) with RC = R for R <= 2, else -1 (any rank).
 template <class F>
@@ -151,47 +236,65 @@ void with_rank(Index R, F&& f) {
   else f(std::integral_constant<int, -1>{});
 }
 
+/// scan_forward of nh heads of the same rank at once (hv[k], ws[k], rows xrow(k, t), yrow(k, t)),
+/// block by block of tokens, every head in turn on each block: the heads' rows of one token share
+/// their pages, so the page walks of a block's rows are paid once for all of them.
+template <class T, class XRow, class YRow>
+void scan_forward_heads(const head_view<T>* hv, workspace<T>* ws, Index nh, Index t0, Index t_begin, Index t_end,
+                        XRow&& xrow, YRow&& yrow) {
+  if (nh < 1 || t_end <= t_begin) return;
+  const Index R = hv[0].R, L = hv[0].n->length(), count = t_end - t_begin;
+  Index B = ws[0].B;  // the fewest tokens any head's block holds (heads cut by a slab have fewer channels)
+  for (Index k = 1; k < nh; ++k) B = std::min(B, ws[k].B);
+  with_rank(R, [&](auto rc) {
+    for (Index i0 = 0; i0 < count; i0 += B)
+      for (Index k = 0; k < nh; ++k) {
+        const head_view<T>& h = hv[k];
+        const Index n = ws[k].n;
+        scan_block<decltype(rc)::value>(
+            h, ws[k], t_begin, count, 1, i0, std::min(count, i0 + B),
+            [&](Index t) {
+              h.prefetch(t, R > 0 && t + 1 < L);
+              prefetch_scan(xrow(k, t), n);
+            },
+            [&](Index t, T* row) {
+              gather_token(h, t > t0 ? t : -1, h.k(t), h.q(t), R > 0 && t > t0 ? h.b(t) : nullptr,
+                           R > 0 && t + 1 < L ? h.a(t + 1) : nullptr, xrow(k, t), n, row);
+            },
+            [&](Index t) { return yrow(k, t); });
+      }
+  });
+}
+
 /// Tokens [t_begin, t_end) of the forward scan of one head that starts at token t0 with a zero
 /// state (token t0 is read without a transition; ws is fresh there): y_t = sum_{s=t0..t} H[t, s] x_s
 /// on ws.n channels, x and y rows given by xrow(t) and yrow(t). A later call continues the scan.
 template <class T, class XRow, class YRow>
 void scan_forward(const head_view<T>& hv, Index t0, Index t_begin, Index t_end, workspace<T>& ws, XRow&& xrow,
                   YRow&& yrow) {
-  const Index N = hv.N, R = hv.R, L = hv.n->length();
-  with_rank(R, [&](auto rc) {
-    constexpr int RC = decltype(rc)::value;
-    for (Index t = t_begin; t < t_end; ++t) {
-      step_coeffs<T> c{ws.zeros.data(), ws.zeros.data(), hv.k(t), hv.q(t), ws.zeros.data()};
-      if (t > t0) {
-        hv.decays(t, ws.e.data());
-        c.e = ws.e.data();
-        if (R > 0) c.u = hv.b(t);
-      }
-      if (R > 0 && t + 1 < L) c.next = hv.a(t + 1);
-      step<T, RC>(N, R, ws.n, ws.Y.data(), c, ws.w.data(), ws.wn.data(), xrow(t), yrow(t));
-      std::swap(ws.w, ws.wn);
-    }
-  });
+  scan_forward_heads(&hv, &ws, 1, t0, t_begin, t_end, [&](Index, Index t) { return xrow(t); },
+                     [&](Index, Index t) { return yrow(t); });
 }
 
 /// The transposed (anti-causal) scan of one head over all L tokens: y_s = sum_{t>=s} H[t, s] x_t.
 template <class T, class XRow, class YRow>
 void scan_backward(const head_view<T>& hv, Index L, workspace<T>& ws, XRow&& xrow, YRow&& yrow) {
-  const Index N = hv.N, R = hv.R;
+  const Index R = hv.R, n = ws.n;
   with_rank(R, [&](auto rc) {
-    constexpr int RC = decltype(rc)::value;
-    for (Index s = L - 1; s >= 0; --s) {
-      // G_s = A_{s+1}^T G_{s+1} + q_s x_s^T with A^T = Diag(e) + sum_r a_r b_r^T; y_s = G_s^T k_s.
-      step_coeffs<T> c{ws.zeros.data(), ws.zeros.data(), hv.q(s), hv.k(s), ws.zeros.data()};
-      if (s + 1 < L) {
-        hv.decays(s + 1, ws.e.data());
-        c.e = ws.e.data();
-        if (R > 0) c.u = hv.a(s + 1);
-      }
-      if (R > 0 && s > 0) c.next = hv.b(s);
-      step<T, RC>(N, R, ws.n, ws.Y.data(), c, ws.w.data(), ws.wn.data(), xrow(s), yrow(s));
-      std::swap(ws.w, ws.wn);
-    }
+    // G_s = A_{s+1}^T G_{s+1} + q_s x_s^T with A^T = Diag(e) + sum_r a_r b_r^T; y_s = G_s^T k_s.
+    for (Index i0 = 0; i0 < L; i0 += ws.B)
+      scan_block<decltype(rc)::value>(
+          hv, ws, L - 1, L, -1, i0, std::min(L, i0 + ws.B),
+          [&](Index s) {
+            hv.prefetch(s, false);
+            if (s + 1 < L) hv.prefetch(s + 1, false);
+            prefetch_scan(xrow(s), n);
+          },
+          [&](Index s, T* row) {
+            gather_token(hv, s + 1 < L ? s + 1 : -1, hv.q(s), hv.k(s), R > 0 && s + 1 < L ? hv.a(s + 1) : nullptr,
+                         R > 0 && s > 0 ? hv.b(s) : nullptr, xrow(s), n, row);
+          },
+          yrow);
   });
 }
 
