@@ -12,6 +12,7 @@
 
 #include "../../ops/transition.hpp"
 #include "simd.hpp"
+#include "transition_kernels.hpp"  // copy_row
 
 #include <algorithm>
 #include <cmath>
@@ -37,15 +38,6 @@ void prefetch_scan(const T* p, Index n) {
 #else
   (void)v;
 #endif
-}
-
-/// dst[0:n] = src[0:n] in packs.
-template <class T>
-void copy_row_scan(const T* src, Index n, T* dst) {
-  simd::for_packs<T>(n, [&](auto w, Index i) {
-    using P = simd::pack<T, decltype(w)::value>;
-    P::load(src + i).store(dst + i);
-  });
 }
 
 /// One head's coefficient rows.
@@ -195,7 +187,7 @@ void gather_token(const head_view<T>& hv, Index td, const T* in, const T* out, c
                   Index n, T* row) {
   const Index N = hv.N, RN = hv.R * N;
   auto put = [](const T* src, Index len, T* dst) {
-    if (src) copy_row_scan(src, len, dst);
+    if (src) copy_row(src, len, dst);
     else std::fill(dst, dst + len, T(0));
   };
   if (td >= 0) hv.decays(td, row);
@@ -224,7 +216,7 @@ void scan_block(const head_view<T>& hv, workspace<T>& ws, Index first, Index cou
     step<T, RC>(N, R, n, ws.Y.data(), c, ws.w.data(), ws.wn.data(), row + 3 * N + 2 * RN, ws.ys.data() + (i - i0) * n);
     std::swap(ws.w, ws.wn);
   }
-  for (Index i = i0; i < i1; ++i) copy_row_scan(ws.ys.data() + (i - i0) * n, n, yrow(first + dir * i));
+  for (Index i = i0; i < i1; ++i) copy_row(ws.ys.data() + (i - i0) * n, n, yrow(first + dir * i));
 }
 
 /// Calls f(std::integral_constant<int, RC>) with RC = R for R <= 2, else -1 (any rank).

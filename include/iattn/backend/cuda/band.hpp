@@ -53,6 +53,21 @@ inline simt::launch_config elementwise_launch(Index n) {
   return {{simt::blocks_for(n, threads)}, {threads > 0 ? threads : simt::warp_size}, 0};
 }
 
+/// materialize and the row/col vectors of a single band node (Diagonal, CausalConv): the node's
+/// factor of channel c on the device, then one band kernel. Their evaluators derive from it.
+template <class Node>
+struct band_node_eval {
+  using T = typename Node::scalar;
+  static void materialize(const Node& n, const cuda& on, Index c, T* out, Index L) {
+    const device_band<T> b(n, c, on);
+    simt::launch("band_materialize", &band_materialize<T>, elementwise_launch(L * L), on.stream, b.f, out, L);
+  }
+  static void vector(const Node& n, const cuda& on, Index c, bool transposed, const T* x, T* y, Index L) {
+    const device_band<T> b(n, c, on);
+    simt::launch("band_vector", &band_vector<T>, elementwise_launch(L), on.stream, b.f, transposed, x, y, L);
+  }
+};
+
 template <class T>
 void launch_band_multiply(const band_factor<T>& f, const cuda& on, bool left, const T* in, T* out, Index L) {
   simt::launch("band_multiply", &band_multiply<T>, elementwise_launch(L * L), on.stream, f, left, in, out, L);

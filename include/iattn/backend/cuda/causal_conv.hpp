@@ -10,7 +10,7 @@
 namespace iattn::cuda_detail {
 
 template <class T>
-struct cuda_eval<CausalConv<T>> {
+struct cuda_eval<CausalConv<T>> : band_node_eval<CausalConv<T>> {
   static constexpr bool applies = true;
   static constexpr bool materializes = true;
   static constexpr bool slices = true;
@@ -21,16 +21,6 @@ struct cuda_eval<CausalConv<T>> {
     simt::launch("causal_conv_apply", &causal_conv_apply<T>,
                  {{simt::blocks_for(L * D, elementwise_threads)}, {elementwise_threads}, 0}, on.stream,
                  causal_conv_args<T>{w.data(), n.width(), x, y, L, D});
-  }
-
-  static void materialize(const CausalConv<T>& n, const cuda& on, Index c, T* out, Index L) {
-    const device_band<T> b(n, c, on);
-    simt::launch("band_materialize", &band_materialize<T>, elementwise_launch(L * L), on.stream, b.f, out, L);
-  }
-
-  static void vector(const CausalConv<T>& n, const cuda& on, Index c, bool transposed, const T* x, T* y, Index L) {
-    const device_band<T> b(n, c, on);
-    simt::launch("band_vector", &band_vector<T>, elementwise_launch(L), on.stream, b.f, transposed, x, y, L);
   }
 };
 

@@ -10,7 +10,7 @@
 namespace iattn::cuda_detail {
 
 template <class T>
-struct cuda_eval<Diagonal<T>> {
+struct cuda_eval<Diagonal<T>> : band_node_eval<Diagonal<T>> {
   static constexpr bool applies = true;
   static constexpr bool materializes = true;
   static constexpr bool slices = true;
@@ -21,16 +21,6 @@ struct cuda_eval<Diagonal<T>> {
     simt::launch("diagonal_apply", &diagonal_apply<T>,
                  {{simt::blocks_for(L * D, elementwise_threads)}, {elementwise_threads}, 0}, on.stream,
                  diagonal_args<T>{d.data(), n.d().rows(), x, y, L, D});
-  }
-
-  static void materialize(const Diagonal<T>& n, const cuda& on, Index c, T* out, Index L) {
-    const device_band<T> b(n, c, on);
-    simt::launch("band_materialize", &band_materialize<T>, elementwise_launch(L * L), on.stream, b.f, out, L);
-  }
-
-  static void vector(const Diagonal<T>& n, const cuda& on, Index c, bool transposed, const T* x, T* y, Index L) {
-    const device_band<T> b(n, c, on);
-    simt::launch("band_vector", &band_vector<T>, elementwise_launch(L), on.stream, b.f, transposed, x, y, L);
   }
 };
 
