@@ -1,45 +1,59 @@
 #!/usr/bin/env bash
-# Builds everything (tests, examples, header and consumption checks) and runs the whole suite, the
-# Python package's tests (scripts/python.sh), then
-# the sanitizer stage: the tests again, built with AddressSanitizer and UndefinedBehaviorSanitizer
-# (Eigen's assertions on), and run. IATTN_SKIP_SANITIZERS=1 skips the second stage (local iteration).
+# The whole test suite, as CI runs it (.ci/run):
+#   stage 1   g++: the examples (each runs), the header self-containment and consumption checks, the
+#             nvcc builds and ptxas' resource check; no unit-test program (IATTN_TEST_PROGRAMS=OFF)
+#   stage 2   clang: every unit-test program, built with AddressSanitizer and UndefinedBehaviorSanitizer
+#             (Eigen's assertions on), and run
+#   stage 3   the Python package (pip install . into .venv) and its tests (scripts/python.sh)
+#   stage 4   ThreadSanitizer: the concurrency stress test, the CUDA kernels on the host emulator, and
+#             the missing-barrier race check
+# Each test program is compiled once, in stage 2: compiling them twice (g++ release and clang
+# sanitized) was half of CI's time (docs/decisions.md, "The test command's time, session 17").
+# IATTN_SKIP_SANITIZERS=1 builds the test programs in stage 1 instead (g++, release) and skips
+# stages 2 and 4 (local iteration).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/deps.sh --python
 # The Python stage's venv and pinned packages (torch: about 3 GB to download on a fresh machine) are
-# fetched in the background while stage 1 compiles; stage 1b waits for them.
+# fetched in the background while stages 1 and 2 compile; stage 3 waits for them.
 mkdir -p build
 # OpenMP threads that wait by spinning steal the cores of the tests and compilers beside them (ctest
 # -j2 on 2 cores: up to 4x slower); every stage lets them sleep instead (torch's libgomp too).
 export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-PASSIVE}"
 bash scripts/python.sh --deps >build/python-deps.log 2>&1 &
 python_deps=$!
-echo "== stage 1: release build, all tests"
+skip_sanitizers="${IATTN_SKIP_SANITIZERS:-0}"
+programs=OFF
+[ "$skip_sanitizers" = "1" ] && programs=ON
+echo "== stage 1: release build (g++): examples, build-system checks$([ "$programs" = ON ] && echo ", all tests")"
 # With nvcc on the PATH (or in /usr/local/cuda), the CUDA backend's GPU test, example and benchmark
 # are compiled for sm_80 and sm_90 too (they print why and exit 0 without a device); its kernels run
-# on the host emulator in every build (docs/cuda.md).
+# on the host emulator in the test programs (docs/cuda.md).
 cuda=()
 if command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ]; then
   cuda=(-DIATTN_ENABLE_CUDA=ON)
   command -v nvcc >/dev/null || export PATH="/usr/local/cuda/bin:$PATH"
 fi
-# -O2 rather than Release's -O3: a fifth less compile time (the suite is most of CI's time), and what
-# the tests check does not depend on it.
+# -O2 rather than Release's -O3: less compile time, and what the tests check does not depend on it;
+# the benchmarks and the Python package keep their own flags.
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release "-DCMAKE_CXX_FLAGS_RELEASE=-O2 -DNDEBUG" -DIATTN_BUILD_TESTS=ON \
-  -DIATTN_BUILD_EXAMPLES=ON "${cuda[@]}"
+  -DIATTN_TEST_PROGRAMS=$programs -DIATTN_BUILD_EXAMPLES=ON "${cuda[@]}"
 cmake --build build -j2
 ctest --test-dir build --output-on-failure -j2
-echo "== stage 1b: the Python package (pip install . into .venv), its tests"
-if ! wait "$python_deps"; then
-  echo "iattn: creating the venv or installing its packages failed:"; tail -n 30 build/python-deps.log; exit 1
-fi
-bash scripts/python.sh --test
-if [ "${IATTN_SKIP_SANITIZERS:-0}" = "1" ]; then
-  echo "== stage 2 skipped (IATTN_SKIP_SANITIZERS=1)"
+python_stage() {
+  echo "== stage 3: the Python package (pip install . into .venv), its tests"
+  if ! wait "$python_deps"; then
+    echo "iattn: creating the venv or installing its packages failed:"; tail -n 30 build/python-deps.log; exit 1
+  fi
+  bash scripts/python.sh --test
+}
+if [ "$skip_sanitizers" = "1" ]; then
+  python_stage
+  echo "== stages 2 and 4 skipped (IATTN_SKIP_SANITIZERS=1)"
   exit 0
 fi
 bash scripts/deps.sh --sanitize
-echo "== stage 2: AddressSanitizer + UndefinedBehaviorSanitizer (clang)"
+echo "== stage 2: every test program, AddressSanitizer + UndefinedBehaviorSanitizer (clang)"
 # clang compiles the tests in less time than g++ and checks more (float-cast-overflow, for one).
 # Line tables only: reports keep file:line, the objects are a third of -g's size (faster builds).
 CXX=clang++ cmake -S . -B build-sanitize -DCMAKE_BUILD_TYPE= "-DCMAKE_CXX_FLAGS=-O1 -gline-tables-only" \
@@ -47,13 +61,14 @@ CXX=clang++ cmake -S . -B build-sanitize -DCMAKE_BUILD_TYPE= "-DCMAKE_CXX_FLAGS=
 cmake --build build-sanitize -j2
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir build-sanitize --output-on-failure -j2
-echo "== stage 3: ThreadSanitizer on the concurrency stress test"
+python_stage
+echo "== stage 4: ThreadSanitizer on the concurrency stress test"
 # Debian's libgomp is not built with ThreadSanitizer (its barriers read as races), so OpenMP runs
 # one thread here; the test's own std::threads share one expression.
 cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE= "-DCMAKE_CXX_FLAGS=-O1 -g1" -DIATTN_BUILD_TESTS=ON \
   -DIATTN_BUILD_EXAMPLES=OFF -DIATTN_INSTALL=OFF -DIATTN_SANITIZE=thread
 cmake --build build-tsan -j2 --target reliability_test emulated_kernels_test emulator_race_check
 OMP_NUM_THREADS=1 TSAN_OPTIONS=halt_on_error=1 ./build-tsan/tests/reliability_test "[threads]"
-echo "== stage 3b: the CUDA kernels on the host emulator under ThreadSanitizer, and the missing-barrier race check"
+echo "== stage 4b: the CUDA kernels on the host emulator under ThreadSanitizer, and the missing-barrier race check"
 TSAN_OPTIONS=halt_on_error=1 ./build-tsan/tests/cuda/emulated_kernels_test "[concurrent],[emulator],[errors]"
 ctest --test-dir build-tsan -R '^emulator_race_check$' --output-on-failure

@@ -53,8 +53,13 @@ void run_case(const ss_case& k, Index L) {
   REQUIRE(S.factored() == k.factored);
   REQUIRE_FALSE(iattn::cpu_detail::takes_chunked_apply(S));  // the scans; the chunked apply is tested below
   const MatD ud = dd(u);
-  auto oracle = [&](Index c) {
-    return dense_semiseparable(dd(lam), dd(B), dd(C), k.H, k.P, k.G, c, k.strict, k.bonus ? &ud : nullptr);
+  // each channel's dense matrix is built once (plain loops, O(L^2 N)) and reused by every check
+  const MatD lam_d = dd(lam), B_d = dd(B), C_d = dd(C);
+  std::vector<MatD> dense(static_cast<std::size_t>(D));
+  auto oracle = [&](Index c) -> const MatD& {
+    MatD& m = dense[static_cast<std::size_t>(c)];
+    if (m.size() == 0 && L > 0) m = dense_semiseparable(lam_d, B_d, C_d, k.H, k.P, k.G, c, k.strict, k.bonus ? &ud : nullptr);
+    return m;
   };
   const double tol = tolerance<T>();
   // materialize: first, a middle and the last channel
