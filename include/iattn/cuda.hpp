@@ -5,12 +5,16 @@
 //   materialize(cuda{s}, H, c)     channel c's (L, L) matrix as a device_matrix<T>
 //   row(cuda{s}, H, t, c)          row t of channel c's matrix, (1, L): H^c[t, s] at (0, s)
 //   col(cuda{s}, H, s, c)          column s of channel c's matrix, (1, L): H^c[t, s] at (0, t)
+//   materialize_all(cuda{s}, H)    every channel's matrix, (D L, L): channel c in rows [c L, (c+1) L)
+//   materialize_mean(cuda{s}, H, o)          the mean of H^c (or |H^c|) over channels, (L, L)
+//   materialize_head_means(cuda{s}, H, o)    every head's mean, (heads L, L)
 //   to_device(m, cuda{s}), to_host(dm)   host <-> device copies (backend/cuda/memory.hpp)
 //
-// Covered now: apply, materialize, row and col of Diagonal, CausalConv, LinearRecurrence,
-// Semiseparable (every form) and Products of them (Mamba-1's chain diag * S * diag * conv). Any
-// other node is a compile-time error naming what is covered, never a silent fallback to the CPU.
-// Each call copies the expression's coefficients to the device and runs on stream s.
+// Covered now: apply, materialize (one channel, every channel, channel and head means), row and
+// col of Diagonal, CausalConv, LinearRecurrence, Semiseparable (every form) and Products of them
+// (Mamba-1's chain diag * S * diag * conv). Any other node is a compile-time error naming what is
+// covered, never a silent fallback to the CPU. Each call copies the expression's coefficients to
+// the device (once per call, however many channels it evaluates) and runs on stream s.
 //
 // Compiled by nvcc, the kernels run on the GPU; compiled by any other C++20 compiler, on the host
 // emulator (backend/cuda/emulator.hpp), where `s` only chooses the emulator's schedule.
@@ -24,7 +28,9 @@
 #include "backend/cuda/product.hpp"
 #include "backend/cuda/semiseparable.hpp"
 #include "backend/cuda/tag.hpp"
+#include "backend/cuda/kernels/mean.hpp"
 #include "core/error.hpp"
+#include "core/means.hpp"
 #include "core/traits.hpp"
 
 #include <string>
@@ -66,6 +72,96 @@ device_matrix<typename H::scalar> materialize(cuda on, const H& h, Index c, Inde
   L = detail::resolve_length(h, L, where);
   device_matrix<typename H::scalar> out(L, L, on);
   if constexpr (cuda_detail::materializes_v<H>) cuda_detail::cuda_eval<H>::materialize(h, on, c, out.data(), L);
+  return out;
+}
+
+namespace cuda_detail {
+template <class H>
+constexpr void require_materializes() {
+  static_assert(materializes_v<H>,
+                "materialize_all / materialize_mean / materialize_head_means(iattn::cuda, H): the CUDA backend "
+                "materializes Diagonal, CausalConv, LinearRecurrence, Semiseparable and Products of these; H "
+                "contains another node (docs/cuda.md lists what is covered)");
+}
+
+/// L resolved, and D fixed by the expression.
+template <class H>
+Index resolve_channels_length(const H& h, Index L, const char* where) {
+  L = detail::resolve_length(h, L, where);
+  if (h.channels() == any) detail::fail(where, "the expression does not fix the channel count D");
+  return L;
+}
+
+/// acc = the mean over channels [c0, c1) of H^c (or |H^c|), (L, L); m is an (L, L) scratch. Each
+/// channel's matrix is materialized into m and added into acc (the first one writes it).
+template <class H, class T>
+void accumulate_mean(const H& h, const cuda& on, Index c0, Index c1, bool abs, T* acc, T* m, Index L) {
+  const T scale = T(1) / static_cast<T>(c1 - c0);
+  for (Index c = c0; c < c1; ++c) {
+    cuda_eval<H>::materialize(h, on, c, m, L);
+    simt::launch("mean_accumulate", &mean_accumulate<T>, elementwise_launch(L * L), on.stream, acc,
+                 static_cast<const T*>(m), L * L, scale, abs, c == c0);
+  }
+}
+}  // namespace cuda_detail
+
+/// Every channel's (L, L) matrix on the device, as one (D L, L) device_matrix: channel c's matrix
+/// in rows [c L, (c+1) L), the order of the CPU's materialize_all (D, L, L). The coefficients are
+/// copied to the device once for all channels.
+template <Operator H>
+device_matrix<typename H::scalar> materialize_all(cuda on, const H& h, Index L = any) {
+  cuda_detail::require_materializes<H>();
+  L = cuda_detail::resolve_channels_length(h, L, "materialize_all(iattn::cuda, H)");
+  const Index D = h.channels();
+  device_matrix<typename H::scalar> out(D * L, L, on);
+  if constexpr (cuda_detail::materializes_v<H>) {
+    if (L == 0) return out;
+    const cuda_detail::upload_scope uploads(on.stream);
+    for (Index c = 0; c < D; ++c) cuda_detail::cuda_eval<H>::materialize(h, on, c, out.data() + c * L * L, L);
+  }
+  return out;
+}
+
+/// The mean of H^c (or of |H^c| with o.abs) over every channel, one head's (o.head) or a range
+/// (o.channels), (L, L): the CPU's materialize_mean, channel by channel (each channel's matrix
+/// added into the mean; the CPU's structured paths are not on the device yet). The coefficients
+/// are copied once.
+template <Operator H>
+device_matrix<typename H::scalar> materialize_mean(cuda on, const H& h, const mean_options& o = {}, Index L = any) {
+  using T = typename H::scalar;
+  cuda_detail::require_materializes<H>();
+  const char* where = "materialize_mean(iattn::cuda, H)";
+  L = cuda_detail::resolve_channels_length(h, L, where);
+  const auto rq = detail::resolve_mean(h, o, where);
+  device_matrix<T> out(L, L, on);
+  if constexpr (cuda_detail::materializes_v<H>) {
+    if (L == 0 || rq.c1 == rq.c0) return out;
+    const cuda_detail::upload_scope uploads(on.stream);
+    cuda_detail::device_buffer<T> m(L * L, on.stream);
+    cuda_detail::accumulate_mean(h, on, rq.c0, rq.c1, rq.abs, out.data(), m.data(), L);
+  }
+  return out;
+}
+
+/// Every head's mean (of H^c, or of |H^c| with o.abs), as one (heads L, L) device_matrix: head h's
+/// mean in rows [h L, (h+1) L), the order of the CPU's materialize_head_means (heads, L, L).
+/// o.head and o.channels must be unset.
+template <Operator H>
+device_matrix<typename H::scalar> materialize_head_means(cuda on, const H& h, const mean_options& o = {}, Index L = any) {
+  using T = typename H::scalar;
+  cuda_detail::require_materializes<H>();
+  const char* where = "materialize_head_means(iattn::cuda, H)";
+  L = cuda_detail::resolve_channels_length(h, L, where);
+  if (o.head || o.channels) detail::fail(where, "options.head and options.channels must be unset (every head is computed)");
+  const Index P = detail::require_heads(h, where), heads = h.channels() / P;
+  device_matrix<T> out(heads * L, L, on);
+  if constexpr (cuda_detail::materializes_v<H>) {
+    if (L == 0) return out;
+    const cuda_detail::upload_scope uploads(on.stream);
+    cuda_detail::device_buffer<T> m(L * L, on.stream);
+    for (Index g = 0; g < heads; ++g)
+      cuda_detail::accumulate_mean(h, on, g * P, (g + 1) * P, o.abs, out.data() + g * L * L, m.data(), L);
+  }
   return out;
 }
 

@@ -23,6 +23,7 @@
 #include "backend/cpu/evaluate.hpp"
 #include "core/backend.hpp"
 #include "core/error.hpp"
+#include "core/means.hpp"
 #include "core/tensor3.hpp"
 #include "core/traits.hpp"
 
@@ -161,48 +162,8 @@ auto materialize_mean(const H& h, Index L = any) {
   return materialize_mean(cpu{}, h, L);
 }
 
-/// What materialize_mean averages. A head is the P = head_dim channels [h P, (h+1) P) of the
-/// expression's Semiseparable nodes (which must agree on P); for expressions without one, give an
-/// explicit channel range instead. At most one of head and channels.
-struct mean_options {
-  bool abs = false;               ///< the mean of |H^c| instead of H^c
-  std::optional<Index> head{};    ///< only head h's channels
-  std::optional<range> channels{};  ///< only channels [begin, end), non-empty, inside [0, D)
-};
-
+/// mean_options (what materialize_mean averages): core/means.hpp.
 namespace detail {
-inline std::string range_string(range r) { return "[" + std::to_string(r.begin) + ", " + std::to_string(r.end) + ")"; }
-
-/// P of the expression's heads, or a throw naming why there is none.
-template <class H>
-Index require_heads(const H& h, const char* where) {
-  const Index P = cpu_detail::head_dim_of(h);
-  if (P == 0)
-    fail(where, "the expression has no heads (no Semiseparable, Transition or ComplexSemiseparable); give options.channels = {c0, c1} instead");
-  if (P < 0) fail(where, "the expression's Semiseparable nodes disagree on head_dim, so it has no heads; give options.channels");
-  return P;
-}
-
-template <class H>
-cpu_detail::mean_request resolve_mean(const H& h, const mean_options& o, const char* where) {
-  const Index D = h.channels();
-  if (o.head && o.channels) fail(where, "options.head and options.channels are both set; give one of them");
-  if (o.head) {
-    const Index P = require_heads(h, where), nh = D / P;
-    if (*o.head < 0 || *o.head >= nh)
-      fail(where, "options.head = " + std::to_string(*o.head) + " is out of range [0, H=" + std::to_string(nh) +
-                      ") (D=" + std::to_string(D) + ", P=" + std::to_string(P) + ")");
-    return {*o.head * P, (*o.head + 1) * P, o.abs};
-  }
-  if (o.channels) {
-    const range r = *o.channels;
-    if (r.begin < 0 || r.end > D || r.end <= r.begin)
-      fail(where, "options.channels = " + range_string(r) + " is not a non-empty range inside [0, D=" + std::to_string(D) + ")");
-    return {r.begin, r.end, o.abs};
-  }
-  return {0, D, o.abs};
-}
-
 template <class H>
 Index resolve_mean_length(const H& h, Index L, const char* where) {
   L = resolve_length(h, L, where);

@@ -18,7 +18,9 @@
 
 #include <cmath>
 #include <limits>
+#include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace cuda_test {
@@ -410,6 +412,110 @@ void product_matrix_cases(iattn::cuda on, Check&& check, const lengths& ls) {
   }
 }
 
+/// A (n0, n1, n2) tensor of the CPU backend as the (n0 n1, n2) matrix the CUDA backend returns.
+template <class T>
+MatD stacked(const iattn::Tensor3<T>& t) {
+  using RowMajor = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+  return Eigen::Map<const RowMajor>(t.data(), t.dims[0] * t.dims[1], t.dims[2]).template cast<double>();
+}
+
+/// The mean of the dense loops' matrices (or of their absolute values) over channels [c0, c1).
+inline MatD loop_mean(const std::vector<MatD>& dense_of, Index c0, Index c1, bool abs, Index L) {
+  MatD m = MatD::Zero(L, L);
+  for (Index c = c0; c < c1; ++c) m += abs ? MatD(dense_of[std::size_t(c)].cwiseAbs()) : dense_of[std::size_t(c)];
+  return m / double(c1 - c0);
+}
+
+/// materialize_all, materialize_mean (every channel, |H^c|, one head, a channel range) and
+/// materialize_head_means of diag(g) S diag(dt) conv(w), S with 2 heads of 2 channels and resets,
+/// against the CPU backend's and the dense loops'; an upload_scope copies a coefficient once;
+/// the doors' errors.
+template <class T, class Check>
+void mean_cases(iattn::cuda on, Check&& check, const lengths& ls) {
+  using iattn::mean_options;
+  // The channel loop and the accumulation do not depend on the tile tails (materialize's cases above
+  // take every length): one tile (L = 1) and two (33, a diagonal and an off-diagonal tile).
+  const ss_config heads{"per-state H=2 P=2 N=5 resets", 2, 2, 1, 5, decay_form::per_state, false, false, true};
+  for (Index L : ls.tiles) {
+    if (L != 1 && L != 33) continue;
+    const auto S = make_semiseparable<T>(heads, L);
+    const Index D = S.channels(), P = S.head_dim(), K = 4;
+    const auto h = iattn::diagonal(uniform<T>(L, D, -1, 1)) * S * iattn::diagonal(uniform<T>(L, D, 0.0, 0.5)) *
+                   iattn::causal_conv(uniform<T>(K, D, -1, 1));
+    const std::string what = at("means diag*S*diag*conv", L);
+    const double tol = tolerance<T>();
+    const MatD all = iattn::to_host(iattn::materialize_all(on, h, L)).template cast<double>();
+    compare(check, what + " materialize_all vs cpu", all, stacked(iattn::materialize_all(h, L)), tol);
+    std::vector<MatD> dense_of;
+    MatD all_loops(D * L, L);
+    for (Index c = 0; c < D; ++c) all_loops.middleRows(c * L, L) = dense_of.emplace_back(dense(h, c, L));
+    compare(check, what + " materialize_all vs loops", all, all_loops, tol);
+    const std::pair<const char*, mean_options> options[] = {
+        {"every channel", {}},
+        {"abs", {.abs = true}},
+        {"head 1", {.head = 1}},
+        {"channels [1, D-1), abs", {.abs = true, .channels = iattn::range{1, D - 1}}},
+    };
+    for (const auto& [name, o] : options) {
+      const auto rq = iattn::detail::resolve_mean(h, o, "test");
+      const MatD got = iattn::to_host(iattn::materialize_mean(on, h, o, L)).template cast<double>();
+      compare(check, what + " materialize_mean " + name + " vs cpu", got,
+              iattn::materialize_mean(h, o, L).template cast<double>(), tol);
+      compare(check, what + " materialize_mean " + name + " vs loops", got, loop_mean(dense_of, rq.c0, rq.c1, rq.abs, L), tol);
+    }
+    for (bool abs : {false, true}) {
+      const MatD got = iattn::to_host(iattn::materialize_head_means(on, h, {.abs = abs}, L)).template cast<double>();
+      const std::string name = what + (abs ? " materialize_head_means abs" : " materialize_head_means");
+      compare(check, name + " vs cpu", got, stacked(iattn::materialize_head_means(h, {.abs = abs}, L)), tol);
+      MatD loops(D / P * L, L);
+      for (Index g = 0; g < D / P; ++g) loops.middleRows(g * L, L) = loop_mean(dense_of, g * P, (g + 1) * P, abs, L);
+      compare(check, name + " vs loops", got, loops, tol);
+    }
+  }
+  {  // one copy per coefficient inside a scope; a fresh copy per upload outside one
+    namespace cd = iattn::cuda_detail;
+    const auto S = make_semiseparable<T>(ss_configs[1], 9);
+    auto same = [&](const std::string& what, bool ok) { check(what, ok ? 0.0 : std::numeric_limits<double>::infinity(), 0.0); };
+    {
+      const cd::upload_scope scope(on.stream);
+      const auto b1 = cd::upload(S.B(), on.stream), b2 = cd::upload(S.B(), on.stream), c1 = cd::upload(S.C(), on.stream);
+      same("upload_scope: the same coefficient borrows one copy", b1.data() == b2.data());
+      same("upload_scope: another coefficient gets its own copy", c1.data() != b1.data());
+      same("upload_scope: two coefficients, two copies", scope.uploads() == 2);
+      Mat<T> back(S.B().rows(), S.B().cols());
+      b2.download(back.data());
+      compare(check, "upload_scope: the borrowed copy holds the values", back, S.B().map().template cast<double>(), 0.0);
+    }
+    const auto b1 = cd::upload(S.B(), on.stream), b2 = cd::upload(S.B(), on.stream);
+    same("no upload_scope: each upload copies", b1.data() != b2.data() && cd::upload_scope::current() == nullptr);
+  }
+  {  // the doors: both options, head means with a head chosen, an expression without heads
+    const Index L = 7;
+    const auto S = make_semiseparable<T>(ss_configs[1], L);
+    const auto d = iattn::diagonal(uniform<T>(L, 4, -1, 1));
+    auto throws = [&](const std::string& what, auto&& call, const std::string& says) {
+      std::string message;
+      try {
+        call();
+      } catch (const std::invalid_argument& e) {
+        message = e.what();
+      }
+      check(what + " (got: \"" + message + "\")",
+            message.find(says) != std::string::npos ? 0.0 : std::numeric_limits<double>::infinity(), 0.0);
+    };
+    throws("materialize_mean with head and channels", [&] { (void)iattn::materialize_mean(on, S, {.head = 0, .channels = iattn::range{0, 2}}); },
+           "options.head and options.channels are both set");
+    throws("materialize_mean with head out of range", [&] { (void)iattn::materialize_mean(on, S, {.head = 3}); },
+           "options.head = 3 is out of range [0, H=3)");  // S: ss_configs[1], 3 heads
+    throws("materialize_head_means with a head", [&] { (void)iattn::materialize_head_means(on, S, {.head = 0}); },
+           "must be unset");
+    throws("materialize_head_means without heads", [&] { (void)iattn::materialize_head_means(on, d, {}, L); },
+           "the expression has no heads");
+    throws("materialize_all of a conv without L", [&] { (void)iattn::materialize_all(on, iattn::causal_conv(uniform<T>(3, 2, -1, 1))); },
+           "L");
+  }
+}
+
 /// Mamba-1's chain diag(silu z) * S(dt (x) A, B, C) * diag(dt) * conv(w), and the device-buffer
 /// overload (to_device, apply on device matrices, to_host).
 template <class T, class Check>
@@ -520,6 +626,7 @@ void all_cases(iattn::cuda on, Check&& check, const lengths& ls) {
   band_matrix_cases<T>(on, check, ls);
   linear_recurrence_matrix_cases<T>(on, check, ls);
   product_matrix_cases<T>(on, check, ls);
+  mean_cases<T>(on, check, ls);
 }
 
 }  // namespace cuda_test

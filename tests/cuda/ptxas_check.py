@@ -33,6 +33,7 @@ FLOORS = {
     "ss_chunk_outputs": (128, 4),      #   512 threads/SM, <= 128 registers
     "ss_tile_totals": (256, 4),
     "ss_materialize_tiles": (256, 4),  # 4 accumulators, 25 KiB shared (double): 1024 threads/SM
+    "mean_accumulate": (256, 4),       # the channel means: a channel's matrix into the running mean
     "band_materialize": (256, 4),      # materialize, row and col of bands; band products
     "band_multiply": (256, 4),
     "band_vector": (256, 4),

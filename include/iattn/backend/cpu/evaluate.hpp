@@ -3,6 +3,7 @@
 // parallel. Checks happen in iattn/evaluate.hpp before anything here runs.
 #pragma once
 
+#include "../../core/means.hpp"
 #include "algebra.hpp"
 #include "bind.hpp"
 #include "causal_conv.hpp"
@@ -72,11 +73,8 @@ Matrix<T> materialize(const Node& n, const context& cx, Index c) {
   return out;
 }
 
-/// What a channel mean averages: H^c, or |H^c| with abs, over channels [c0, c1).
-struct mean_request {
-  Index c0 = 0, c1 = 0;
-  bool abs = false;
-};
+/// What a channel mean averages (core/means.hpp).
+using mean_request = detail::mean_request;
 /// The path of materialize_mean: the cheapest that applies (automatic), or one forced, for the
 /// benchmarks' baselines and the tests: `channels` never takes head_mean.hpp's path nor
 /// wkv_mean.hpp's (mean.hpp's (channel, state) GEMMs, else tiles), `heads` takes head_mean.hpp's

@@ -22,6 +22,7 @@
 // memory O(L²) for the result plus O(chunk · L · (N + Σ K P)).
 #pragma once
 
+#include "../../core/means.hpp"
 #include "../../ops/causal_conv.hpp"
 #include "../../ops/row_normalize.hpp"
 #include "../../ops/complex_semiseparable.hpp"
@@ -43,27 +44,6 @@
 #include <vector>
 
 namespace iattn::cpu_detail {
-
-/// P of the expression's Semiseparable nodes (their head_dim); 0 when it has none, -1 when they
-/// disagree. What `head` means in mean_options and materialize_head_means.
-template <class>
-inline constexpr bool is_semiseparable_node_v = false;
-template <class T>
-inline constexpr bool is_semiseparable_node_v<Semiseparable<T>> = true;
-template <class T>
-inline constexpr bool is_semiseparable_node_v<Transition<T>> = true;  // head-shared likewise
-template <class T>
-inline constexpr bool is_semiseparable_node_v<ComplexSemiseparable<T>> = true;
-
-template <class Node>
-Index head_dim_of(const Node& n) {
-  auto join = [](Index a, Index b) { return a == 0 ? b : b == 0 ? a : a == b ? a : Index(-1); };
-  if constexpr (is_semiseparable_node_v<Node>) return n.head_dim();
-  else if constexpr (requires { n.left(); n.right(); }) return join(head_dim_of(n.left()), head_dim_of(n.right()));
-  else if constexpr (requires { n.inner(); }) return head_dim_of(n.inner());
-  else if constexpr (requires { n.erased_head_dim(); }) return n.erased_head_dim();  // AnyOperator
-  else return 0;
-}
 
 /// The head path's form of an expansion (mean.hpp's expand_terms): every core shared by the heads
 /// of P channels.

@@ -1,6 +1,9 @@
 // iattn/backend/cuda/memory.hpp: device memory.
 //
-//   cuda_detail::device_buffer<T>   n values, owning, stream-ordered (cudaMallocAsync/cudaFreeAsync)
+//   cuda_detail::device_buffer<T>   n values, owning, stream-ordered (cudaMallocAsync/cudaFreeAsync),
+//                                   or a view of an upload_scope's copy (borrow)
+//   cuda_detail::upload_scope       one call's coefficient copies, each uploaded once (the channel
+//                                   means and materialize_all evaluate every channel in one scope)
 //   device_matrix<T>                (rows, cols) row-major on the device, owning, move-only
 //   to_device(m, cuda{s})           a host Eigen matrix into a new device_matrix (row-major)
 //   to_host(dm)                     a device_matrix into a new Matrix<T>; waits for dm's stream
@@ -13,10 +16,12 @@
 #include "../../core/error.hpp"
 #include "tag.hpp"
 
+#include <cstddef>
 #include <cstring>
 #include <memory>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 namespace iattn {
 
@@ -42,14 +47,25 @@ class device_buffer {
   }
   /// n values copied from host memory.
   device_buffer(const T* host, Index n, simt::stream s) : device_buffer(n, s) { upload(host); }
+  /// A view of n values another owner keeps on the device (an upload_scope): never freed here.
+  static device_buffer borrow(T* data, Index n, simt::stream s) {
+    device_buffer b;
+    b.data_ = data;
+    b.n_ = n;
+    b.stream_ = s;
+    b.owns_ = false;
+    return b;
+  }
   device_buffer(device_buffer&& o) noexcept
-      : data_(std::exchange(o.data_, nullptr)), n_(std::exchange(o.n_, 0)), stream_(o.stream_) {}
+      : data_(std::exchange(o.data_, nullptr)), n_(std::exchange(o.n_, 0)), stream_(o.stream_),
+        owns_(std::exchange(o.owns_, true)) {}
   device_buffer& operator=(device_buffer&& o) noexcept {
     if (this != &o) {
       release();
       data_ = std::exchange(o.data_, nullptr);
       n_ = std::exchange(o.n_, 0);
       stream_ = o.stream_;
+      owns_ = std::exchange(o.owns_, true);
     }
     return *this;
   }
@@ -84,7 +100,10 @@ class device_buffer {
  private:
   std::size_t bytes() const { return static_cast<std::size_t>(n_) * sizeof(T); }
   void release() noexcept {
-    if (!data_) return;
+    if (!data_ || !owns_) {
+      data_ = nullptr;
+      return;
+    }
 #if defined(__CUDACC__)
     cudaFreeAsync(data_, stream_);  // a destructor does not throw; a failed free is not recoverable
 #else
@@ -96,13 +115,60 @@ class device_buffer {
   T* data_ = nullptr;
   Index n_ = 0;
   simt::stream stream_{};
+  bool owns_ = true;
 };
 
-/// A coefficient's values on the device (empty when the coefficient is).
+/// The coefficients one call has copied to the device, while it evaluates many channels
+/// (materialize_all, the channel and head means): inside a live scope, upload() of a coefficient
+/// whose host storage (address and size) the scope already holds borrows that copy instead of
+/// copying again. Only an expression's coefficients are uploaded, and the call holds the
+/// expression, whose coefficients are immutable: a host address names the same values for the
+/// scope's life. Scopes nest (the innermost serves); one per thread; the copies are freed, in
+/// stream order, when the scope ends.
+class upload_scope {
+ public:
+  explicit upload_scope(simt::stream s) : stream_(s), outer_(current()) { current() = this; }
+  ~upload_scope() { current() = outer_; }
+  upload_scope(const upload_scope&) = delete;
+  upload_scope& operator=(const upload_scope&) = delete;
+
+  /// The innermost live scope of this thread, or null.
+  static upload_scope*& current() {
+    static thread_local upload_scope* innermost = nullptr;
+    return innermost;
+  }
+  /// n values at host, copied to the device on the first request, borrowed after.
+  template <class T>
+  device_buffer<T> borrow_or_upload(const T* host, Index n) {
+    const std::size_t bytes = static_cast<std::size_t>(n) * sizeof(T);
+    for (entry& e : entries_)
+      if (e.host == host && e.bytes == bytes) return device_buffer<T>::borrow(reinterpret_cast<T*>(e.copy.data()), n, stream_);
+    entries_.push_back(entry{host, bytes, device_buffer<std::byte>(static_cast<Index>(bytes), stream_)});
+    entries_.back().copy.upload(reinterpret_cast<const std::byte*>(host));
+    return device_buffer<T>::borrow(reinterpret_cast<T*>(entries_.back().copy.data()), n, stream_);
+  }
+  /// How many distinct coefficients the scope holds (what the tests count).
+  std::size_t uploads() const { return entries_.size(); }
+
+ private:
+  struct entry {
+    const void* host;
+    std::size_t bytes;
+    device_buffer<std::byte> copy;
+  };
+  simt::stream stream_;
+  upload_scope* outer_;
+  std::vector<entry> entries_;
+};
+
+/// A coefficient's values on the device (empty when the coefficient is): a new copy, or inside an
+/// upload_scope the scope's copy.
 template <class C>
 auto upload(const C& coefficient, simt::stream s) {
   using T = std::remove_const_t<std::remove_pointer_t<decltype(coefficient.data())>>;
-  return device_buffer<T>(coefficient.data(), coefficient.rows() * coefficient.cols(), s);
+  const Index n = coefficient.rows() * coefficient.cols();
+  if (upload_scope* scope = upload_scope::current(); scope && n > 0) return scope->borrow_or_upload<T>(coefficient.data(), n);
+  return device_buffer<T>(coefficient.data(), n, s);
 }
 
 }  // namespace cuda_detail

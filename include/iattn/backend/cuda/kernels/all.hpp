@@ -9,6 +9,7 @@
 #include "linear_recurrence.hpp"
 #include "linear_recurrence_tiles.hpp"
 #include "lower_product.hpp"
+#include "mean.hpp"
 #include "semiseparable_scan.hpp"
 #include "semiseparable_tiles.hpp"
 #include "semiseparable_view.hpp"
