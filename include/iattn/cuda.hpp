@@ -92,16 +92,21 @@ Index resolve_channels_length(const H& h, Index L, const char* where) {
   return L;
 }
 
-/// acc = the mean over channels [c0, c1) of H^c (or |H^c|), (L, L); m is an (L, L) scratch. Each
-/// channel's matrix is materialized into m and added into acc (the first one writes it).
+/// Slice g of out, (L, L), for g < groups = the mean of H^c (or |H^c|) over the n channels
+/// [c0 + g n, c0 + (g + 1) n): each channel's matrix materialized into one (L, L) scratch and added
+/// into its slice (the first one writes it), every coefficient copied to the device once.
 template <class H, class T>
-void accumulate_mean(const H& h, const cuda& on, Index c0, Index c1, bool abs, T* acc, T* m, Index L) {
-  const T scale = T(1) / static_cast<T>(c1 - c0);
-  for (Index c = c0; c < c1; ++c) {
-    cuda_eval<H>::materialize(h, on, c, m, L);
-    simt::launch("mean_accumulate", &mean_accumulate<T>, elementwise_launch(L * L), on.stream, acc,
-                 static_cast<const T*>(m), L * L, scale, abs, c == c0);
-  }
+void channel_means(const H& h, const cuda& on, Index c0, Index n, Index groups, bool abs, T* out, Index L) {
+  if (L == 0 || n == 0) return;
+  const upload_scope uploads(on.stream);
+  device_buffer<T> m(L * L, on.stream);
+  const T scale = T(1) / static_cast<T>(n);
+  for (Index g = 0; g < groups; ++g)
+    for (Index c = c0 + g * n; c < c0 + (g + 1) * n; ++c) {
+      cuda_eval<H>::materialize(h, on, c, m.data(), L);
+      simt::launch("mean_accumulate", &mean_accumulate<T>, elementwise_launch(L * L), on.stream, out + g * L * L,
+                   static_cast<const T*>(m.data()), L * L, scale, abs, c == c0 + g * n);
+    }
 }
 }  // namespace cuda_detail
 
@@ -134,12 +139,7 @@ device_matrix<typename H::scalar> materialize_mean(cuda on, const H& h, const me
   L = cuda_detail::resolve_channels_length(h, L, where);
   const auto rq = detail::resolve_mean(h, o, where);
   device_matrix<T> out(L, L, on);
-  if constexpr (cuda_detail::materializes_v<H>) {
-    if (L == 0 || rq.c1 == rq.c0) return out;
-    const cuda_detail::upload_scope uploads(on.stream);
-    cuda_detail::device_buffer<T> m(L * L, on.stream);
-    cuda_detail::accumulate_mean(h, on, rq.c0, rq.c1, rq.abs, out.data(), m.data(), L);
-  }
+  if constexpr (cuda_detail::materializes_v<H>) cuda_detail::channel_means(h, on, rq.c0, rq.c1 - rq.c0, 1, rq.abs, out.data(), L);
   return out;
 }
 
@@ -155,13 +155,7 @@ device_matrix<typename H::scalar> materialize_head_means(cuda on, const H& h, co
   if (o.head || o.channels) detail::fail(where, "options.head and options.channels must be unset (every head is computed)");
   const Index P = detail::require_heads(h, where), heads = h.channels() / P;
   device_matrix<T> out(heads * L, L, on);
-  if constexpr (cuda_detail::materializes_v<H>) {
-    if (L == 0) return out;
-    const cuda_detail::upload_scope uploads(on.stream);
-    cuda_detail::device_buffer<T> m(L * L, on.stream);
-    for (Index g = 0; g < heads; ++g)
-      cuda_detail::accumulate_mean(h, on, g * P, (g + 1) * P, o.abs, out.data() + g * L * L, m.data(), L);
-  }
+  if constexpr (cuda_detail::materializes_v<H>) cuda_detail::channel_means(h, on, 0, P, heads, o.abs, out.data(), L);
   return out;
 }
 
