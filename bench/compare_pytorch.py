@@ -95,7 +95,7 @@ def holistic(inp, c0, c1):
     L = g.shape[0]
     cum = torch.cumsum(dt[:, c0:c1, None] * A[None, c0:c1, :], dim=0).permute(1, 2, 0)  # (Dc, N, L)
     seg = cum[..., :, None] - cum[..., None, :]  # (Dc, N, L, L): sum_{k=s+1..t}
-    mask = torch.ones(L, L, dtype=torch.bool).tril()
+    mask = torch.ones(L, L, dtype=torch.bool, device=g.device).tril()
     S = (torch.exp(seg.masked_fill_(~mask, float("-inf"))) * CB).sum(1)  # (Dc, L, L)
     S *= dt[:, c0:c1].T[:, None, :]
     S.diagonal(dim1=-2, dim2=-1).add_(Dskip[0, c0:c1, None])
@@ -104,10 +104,11 @@ def holistic(inp, c0, c1):
     return conv_columns(S, w[:, c0:c1])
 
 
-def torch_materialize_mean(inp):
+def torch_materialize_mean(inp, budget=64 << 20):
+    """The channel mean, channels in chunks whose (Dc, N, L, L) tensor takes about `budget` bytes."""
     L, D, N = inp["g"].shape[0], inp["g"].shape[1], inp["A"].shape[1]
-    chunk = max(1, min(D, (64 << 20) // (4 * N * L * L)))
-    acc = torch.zeros(L, L)
+    chunk = max(1, min(D, budget // (inp["g"].element_size() * N * L * L)))
+    acc = torch.zeros(L, L, dtype=inp["g"].dtype, device=inp["g"].device)
     for c0 in range(0, D, chunk):
         acc += holistic(inp, c0, min(D, c0 + chunk)).sum(0)
     return acc / D
@@ -125,7 +126,7 @@ def torch_row(inp, t):
     out = S * w[K - 1][:, None]
     for lag in range(1, min(K, t + 1)):
         out[:, : t + 1 - lag] += S[:, lag:] * w[K - 1 - lag][:, None]
-    row = torch.zeros(g.shape[1], g.shape[0])
+    row = torch.zeros(g.shape[1], g.shape[0], dtype=g.dtype, device=g.device)
     row[:, : t + 1] = out
     return row
 
@@ -138,8 +139,8 @@ def torch_apply(inp):
     for lag in range(1, min(K, L)):
         xc[lag:] += x[:-lag] * w[K - 1 - lag]
     u = sig * xc
-    h = torch.zeros(D, A.shape[1])
-    y = torch.empty(L, D)
+    h = torch.zeros(D, A.shape[1], dtype=x.dtype, device=x.device)
+    y = torch.empty(L, D, dtype=x.dtype, device=x.device)
     for t in range(L):
         h = torch.exp(dt[t, :, None] * A) * h + (dt[t] * u[t])[:, None] * B[t][None, :]
         y[t] = g[t] * (h @ C[t] + Dskip[0] * u[t])

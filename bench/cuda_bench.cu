@@ -2,7 +2,8 @@
 // them): the Mamba-1 chain diag(g) S diag(dt) conv(w) applied (S with the factored decay dt (x) A),
 // S applied alone and one channel of S materialized, at L in {1024, 4096}, D = 1536, N = 16, float,
 // timed with CUDA events (manual time). Each call copies the expression's coefficients to the
-// device (docs/cuda.md), so two baselines run beside them:
+// device (docs/cuda.md); the *_resident variants keep them there across iterations (an upload_scope),
+// which times the kernels alone. Two baselines run beside them:
 //   BM_cuda_copy     a device-to-device copy of the (L, D) input: the memory-bound floor of a pass
 //   BM_cuda_upload   the host-to-device copy of the coefficients one apply of the chain uploads
 // Counters: items_per_second (L*D*N state updates for S and the chain, L^2 entries for materialize),
@@ -97,6 +98,36 @@ void BM_cuda_materialize_S(benchmark::State& state) {
   timed(state, on.stream, [&] { benchmark::DoNotOptimize(iattn::materialize(on, S, 7).data()); });
   state.SetItemsProcessed(state.iterations() * d.L * d.L);
 }
+// The same calls with the coefficients kept on the device: an upload_scope held across the
+// iterations (the untimed warm-up call copies them; docs/cuda.md), so the time is the kernels'.
+void BM_cuda_apply_mamba1_resident(benchmark::State& state) {
+  const data& d = get(state.range(0));
+  const auto H = d.mamba1();
+  const iattn::cuda on{};
+  const auto xd = iattn::to_device(d.x, on);
+  const iattn::cuda_detail::upload_scope resident(on.stream);
+  timed(state, on.stream, [&] { benchmark::DoNotOptimize(iattn::apply(on, H, xd).data()); });
+  state.SetItemsProcessed(state.iterations() * d.L * D * N);
+}
+/// One channel of the whole chain (L^2 floats written: bytes_per_second against BM_cuda_copy's).
+void BM_cuda_materialize_mamba1_resident(benchmark::State& state) {
+  const data& d = get(state.range(0));
+  const auto H = d.mamba1();
+  const iattn::cuda on{};
+  const iattn::cuda_detail::upload_scope resident(on.stream);
+  timed(state, on.stream, [&] { benchmark::DoNotOptimize(iattn::materialize(on, H, 7).data()); });
+  state.SetItemsProcessed(state.iterations() * d.L * d.L);
+  state.SetBytesProcessed(state.iterations() * d.L * d.L * std::int64_t(sizeof(float)));
+}
+void BM_cuda_materialize_S_resident(benchmark::State& state) {
+  const data& d = get(state.range(0));
+  const auto S = d.S();
+  const iattn::cuda on{};
+  const iattn::cuda_detail::upload_scope resident(on.stream);
+  timed(state, on.stream, [&] { benchmark::DoNotOptimize(iattn::materialize(on, S, 7).data()); });
+  state.SetItemsProcessed(state.iterations() * d.L * d.L);
+  state.SetBytesProcessed(state.iterations() * d.L * d.L * std::int64_t(sizeof(float)));
+}
 void BM_cuda_copy(benchmark::State& state) {
   const data& d = get(state.range(0));
   const iattn::cuda on{};
@@ -124,6 +155,9 @@ void BM_cuda_upload(benchmark::State& state) {
 BENCHMARK(BM_cuda_apply_mamba1)->Arg(1024)->Arg(4096)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_cuda_apply_S)->Arg(1024)->Arg(4096)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_cuda_materialize_S)->Arg(1024)->Arg(4096)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_cuda_apply_mamba1_resident)->Arg(1024)->Arg(4096)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_cuda_materialize_mamba1_resident)->Arg(1024)->Arg(4096)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_cuda_materialize_S_resident)->Arg(1024)->Arg(4096)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_cuda_copy)->Arg(1024)->Arg(4096)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_cuda_upload)->Arg(1024)->Arg(4096)->UseManualTime()->Unit(benchmark::kMillisecond);
 

@@ -3,7 +3,9 @@
 # resource check of every kernel (ptxas: no spills, the register floors), the emulated kernel test,
 # the real-GPU test (every kernel against the CPU backend and plain loops, float and double), the
 # CUDA example (examples/13_cuda_mamba1.cu) and,
-# when Google Benchmark is installed (scripts/deps.sh --bench), the CUDA benchmarks.
+# when Google Benchmark is installed (scripts/deps.sh --bench), the CUDA benchmarks, then, where
+# python3 (or $PYTHON) has a CUDA-enabled torch, bench/compare_pytorch_gpu.py: iattn against
+# PyTorch's formulations on the same GPU and inputs, checked against float64, as a table.
 #
 #   bash scripts/gpu-check.sh [build-dir]          default build-dir: build-gpu
 #   CUDA_ARCHS="90" bash scripts/gpu-check.sh      architectures (default "80;90")
@@ -41,7 +43,7 @@ cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DIATTN_ENABLE_CUDA=ON -DCMAKE
   "-DCMAKE_CUDA_ARCHITECTURES=$archs" -DIATTN_BUILD_TESTS=ON -DIATTN_BUILD_EXAMPLES=ON -DIATTN_INSTALL=OFF \
   -DIATTN_BUILD_BENCHMARKS=$bench
 targets=(gpu_kernels_test emulated_kernels_test 13_cuda_mamba1)
-[ "$bench" = ON ] && targets+=(iattn_cuda_bench)
+[ "$bench" = ON ] && targets+=(iattn_cuda_bench iattn_cuda_compare)
 echo "== build: ${targets[*]}"
 cmake --build "$build" -j"$jobs" --target "${targets[@]}"
 
@@ -54,5 +56,12 @@ ctest --test-dir "$build" --output-on-failure \
 if [ "$gpu" = 1 ] && [ "$bench" = ON ]; then
   echo "== benchmarks (results also in $build/cuda_bench.json)"
   "$build/bench/iattn_cuda_bench" --benchmark_out="$build/cuda_bench.json" --benchmark_out_format=json
+  py=${PYTHON:-python3}
+  if "$py" -c 'import sys, torch, numpy; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+    echo "== against PyTorch on this GPU (bench/compare_pytorch_gpu.py; rows also in $build/compare_pytorch_gpu.json)"
+    "$py" bench/compare_pytorch_gpu.py --tool "$build/bench/iattn_cuda_compare" --json "$build/compare_pytorch_gpu.json"
+  else
+    echo "gpu-check: $py has no CUDA-enabled torch and numpy; the PyTorch comparison is skipped (PYTHON=... to choose)"
+  fi
 fi
 echo "gpu-check: done"
