@@ -35,10 +35,13 @@ int main() {
 
   cudaStream_t stream;
   simt::check(cudaStreamCreate(&stream), "cudaStreamCreate");
-  const cuda on{stream};
-  const device_matrix<float> xd = to_device(x, on);
-  const Matrix<float> y = to_host(apply(on, H, xd));          // (L, D) on the GPU
-  const Matrix<float> a7 = to_host(materialize(on, S, 7));    // (L, L): channel 7 of S
+  Matrix<float> y, a7;
+  {  // device memory is freed in order on its stream: every device_matrix goes before the stream does
+    const cuda on{stream};
+    const device_matrix<float> xd = to_device(x, on);
+    y = to_host(apply(on, H, xd));          // (L, D) on the GPU
+    a7 = to_host(materialize(on, S, 7));    // (L, L): channel 7 of S
+  }
   simt::check(cudaStreamDestroy(stream), "cudaStreamDestroy");
 
   const Matrix<float> y_cpu = apply(H, x), a7_cpu = materialize(S, 7);
