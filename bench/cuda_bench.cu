@@ -2,7 +2,7 @@
 // them): the Mamba-1 chain diag(g) S diag(dt) conv(w) applied (S with the factored decay dt (x) A),
 // S applied alone and one channel of S materialized, at L in {1024, 4096}, D = 1536, N = 16, float,
 // timed with CUDA events (manual time). Each call copies the expression's coefficients to the
-// device (docs/cuda.md); the *_resident variants keep them there across iterations (an upload_scope),
+// device (docs/cuda.md); the *_resident variants evaluate the expression kept on the device (to_device(H, on)),
 // which times the kernels alone. Two baselines run beside them:
 //   BM_cuda_copy     a device-to-device copy of the (L, D) input: the memory-bound floor of a pass
 //   BM_cuda_upload   the host-to-device copy of the coefficients one apply of the chain uploads
@@ -98,32 +98,29 @@ void BM_cuda_materialize_S(benchmark::State& state) {
   timed(state, on.stream, [&] { benchmark::DoNotOptimize(iattn::materialize(on, S, 7).data()); });
   state.SetItemsProcessed(state.iterations() * d.L * d.L);
 }
-// The same calls with the coefficients kept on the device: an upload_scope held across the
-// iterations (the untimed warm-up call copies them; docs/cuda.md), so the time is the kernels'.
+// The same calls on the expression kept on the device (to_device(H, on): the untimed warm-up call
+// copies the coefficients, no later call does; docs/cuda.md), so the time is the kernels'.
 void BM_cuda_apply_mamba1_resident(benchmark::State& state) {
   const data& d = get(state.range(0));
-  const auto H = d.mamba1();
   const iattn::cuda on{};
+  const auto H = iattn::to_device(d.mamba1(), on);
   const auto xd = iattn::to_device(d.x, on);
-  const iattn::cuda_detail::upload_scope resident(on.stream);
   timed(state, on.stream, [&] { benchmark::DoNotOptimize(iattn::apply(on, H, xd).data()); });
   state.SetItemsProcessed(state.iterations() * d.L * D * N);
 }
 /// One channel of the whole chain (L^2 floats written: bytes_per_second against BM_cuda_copy's).
 void BM_cuda_materialize_mamba1_resident(benchmark::State& state) {
   const data& d = get(state.range(0));
-  const auto H = d.mamba1();
   const iattn::cuda on{};
-  const iattn::cuda_detail::upload_scope resident(on.stream);
+  const auto H = iattn::to_device(d.mamba1(), on);
   timed(state, on.stream, [&] { benchmark::DoNotOptimize(iattn::materialize(on, H, 7).data()); });
   state.SetItemsProcessed(state.iterations() * d.L * d.L);
   state.SetBytesProcessed(state.iterations() * d.L * d.L * std::int64_t(sizeof(float)));
 }
 void BM_cuda_materialize_S_resident(benchmark::State& state) {
   const data& d = get(state.range(0));
-  const auto S = d.S();
   const iattn::cuda on{};
-  const iattn::cuda_detail::upload_scope resident(on.stream);
+  const auto S = iattn::to_device(d.S(), on);
   timed(state, on.stream, [&] { benchmark::DoNotOptimize(iattn::materialize(on, S, 7).data()); });
   state.SetItemsProcessed(state.iterations() * d.L * d.L);
   state.SetBytesProcessed(state.iterations() * d.L * d.L * std::int64_t(sizeof(float)));

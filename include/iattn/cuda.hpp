@@ -9,12 +9,15 @@
 //   materialize_mean(cuda{s}, H, o)          the mean of H^c (or |H^c|) over channels, (L, L)
 //   materialize_head_means(cuda{s}, H, o)    every head's mean, (heads L, L)
 //   to_device(m, cuda{s}), to_host(dm)   host <-> device copies (backend/cuda/memory.hpp)
+//   to_device(H, cuda{s})          H kept on the device: each coefficient copied once, not per call;
+//                                  every call above takes it in H's place (on stream s)
 //
 // Covered now: apply, materialize (one channel, every channel, channel and head means), row and
 // col of Diagonal, CausalConv, LinearRecurrence, Semiseparable (every form) and Products of them
 // (Mamba-1's chain diag * S * diag * conv). Any other node is a compile-time error naming what is
 // covered, never a silent fallback to the CPU. Each call copies the expression's coefficients to
-// the device (once per call, however many channels it evaluates) and runs on stream s.
+// the device (once per call, however many channels it evaluates; never again for a
+// device_expression) and runs on stream s.
 //
 // Compiled by nvcc, the kernels run on the GPU; compiled by any other C++20 compiler, on the host
 // emulator (backend/cuda/emulator.hpp), where `s` only chooses the emulator's schedule.
@@ -33,11 +36,54 @@
 #include "core/means.hpp"
 #include "core/traits.hpp"
 
+#include <memory>
 #include <string>
 #include <type_traits>
 #include <vector>
 
 namespace iattn {
+
+/// An expression kept on the device: a copy of H (copies of an operator share its immutable
+/// coefficient storage, core/coefficient.hpp: nothing is copied on the host) and the device copies
+/// of its coefficients, each made by the first evaluation that reads it and kept for the object's
+/// life, so later evaluations copy nothing from the host. Made by to_device(H, cuda{s}); evaluated
+/// by the same calls as H (apply, materialize, row, col, materialize_all, the means) on the same
+/// stream s (another stream throws std::invalid_argument: the copies are ordered on s). Destroy it
+/// before s. A coefficient H references with iattn::ref is copied as it is at its first use: later
+/// writes to the referenced matrix are not seen (make a new device_expression).
+template <Operator H>
+class device_expression {
+ public:
+  using scalar = typename H::scalar;
+  device_expression(const H& h, cuda on)
+      : h_(h), on_(on), copies_(std::make_shared<cuda_detail::coefficient_copies>(on.stream)) {}
+
+  /// The host expression.
+  const H& expression() const { return h_; }
+  /// The stream the copies live on.
+  cuda backend() const { return on_; }
+  /// How many of the expression's coefficients are on the device so far.
+  std::size_t coefficients_on_device() const { return copies_->size(); }
+  /// The scope an evaluation through `on` runs in; `where` names the call in the error.
+  cuda_detail::upload_scope scope(const cuda& on, const char* where) const {
+    if (!cuda_detail::same_stream(on.stream, on_.stream))
+      detail::fail(where, "the device_expression was made on another stream; evaluate it on the stream passed to "
+                          "to_device(H, cuda{s}), or make one per stream");
+    return cuda_detail::upload_scope(copies_);
+  }
+
+ private:
+  H h_;
+  cuda on_;
+  std::shared_ptr<cuda_detail::coefficient_copies> copies_;
+};
+
+/// H kept on the device (device_expression): its coefficients are copied once, by the first
+/// evaluation that needs each, not by every call.
+template <Operator H>
+device_expression<H> to_device(const H& h, cuda on) {
+  return device_expression<H>(h, on);
+}
 
 /// Y = H X on the device. X is (L, D) on the device; Y is made on on.stream.
 template <Operator H, Scalar T>
@@ -197,6 +243,51 @@ device_matrix<typename H::scalar> col(cuda on, const H& h, Index s, Index c, Ind
                 "col(iattn::cuda, H, s, c): the CUDA backend takes columns of Diagonal, CausalConv, LinearRecurrence, "
                 "Semiseparable and Products of these; H contains another node (docs/cuda.md lists what is covered)");
   return cuda_detail::row_or_col(on, h, s, c, L, false);
+}
+
+// The same calls on a device_expression: its kept copies serve every coefficient.
+
+template <Operator H, Scalar T>
+device_matrix<T> apply(cuda on, const device_expression<H>& h, const device_matrix<T>& X) {
+  const auto s = h.scope(on, "apply(iattn::cuda, device_expression, X)");
+  return apply(on, h.expression(), X);
+}
+template <Operator H, class XD>
+Matrix<typename XD::Scalar> apply(cuda on, const device_expression<H>& h, const Eigen::MatrixBase<XD>& X) {
+  const auto s = h.scope(on, "apply(iattn::cuda, device_expression, X)");
+  return apply(on, h.expression(), X);
+}
+template <Operator H>
+device_matrix<typename H::scalar> materialize(cuda on, const device_expression<H>& h, Index c, Index L = any) {
+  const auto s = h.scope(on, "materialize(iattn::cuda, device_expression, c)");
+  return materialize(on, h.expression(), c, L);
+}
+template <Operator H>
+device_matrix<typename H::scalar> materialize_all(cuda on, const device_expression<H>& h, Index L = any) {
+  const auto s = h.scope(on, "materialize_all(iattn::cuda, device_expression)");
+  return materialize_all(on, h.expression(), L);
+}
+template <Operator H>
+device_matrix<typename H::scalar> materialize_mean(cuda on, const device_expression<H>& h, const mean_options& o = {},
+                                                   Index L = any) {
+  const auto s = h.scope(on, "materialize_mean(iattn::cuda, device_expression)");
+  return materialize_mean(on, h.expression(), o, L);
+}
+template <Operator H>
+device_matrix<typename H::scalar> materialize_head_means(cuda on, const device_expression<H>& h,
+                                                         const mean_options& o = {}, Index L = any) {
+  const auto s = h.scope(on, "materialize_head_means(iattn::cuda, device_expression)");
+  return materialize_head_means(on, h.expression(), o, L);
+}
+template <Operator H>
+device_matrix<typename H::scalar> row(cuda on, const device_expression<H>& h, Index t, Index c, Index L = any) {
+  const auto s = h.scope(on, "row(iattn::cuda, device_expression, t, c)");
+  return row(on, h.expression(), t, c, L);
+}
+template <Operator H>
+device_matrix<typename H::scalar> col(cuda on, const device_expression<H>& h, Index s, Index c, Index L = any) {
+  const auto sc = h.scope(on, "col(iattn::cuda, device_expression, s, c)");
+  return col(on, h.expression(), s, c, L);
 }
 
 }  // namespace iattn

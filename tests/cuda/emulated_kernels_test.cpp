@@ -88,6 +88,11 @@ TEST_CASE("materialize_all, channel and head means, concurrent", "[kernels][conc
   cuda_test::mean_cases<double>(on(schedule::concurrent), catch_check{}, concurrent_lengths);
 }
 
+TEST_CASE("device_expression: copied once, the same results, one stream", "[kernels][concurrent]") {
+  cuda_test::resident_cases<float>(on(schedule::concurrent), catch_check{}, concurrent_lengths);
+  cuda_test::resident_cases<double>(on(schedule::concurrent), catch_check{}, concurrent_lengths);
+}
+
 TEST_CASE("CUDA backend: errors at the door", "[kernels][errors]") {
   using namespace iattn;
   using cuda_test::Mat;

@@ -516,6 +516,108 @@ void mean_cases(iattn::cuda on, Check&& check, const lengths& ls) {
   }
 }
 
+/// A device_expression (to_device(H, on)) of diag(g) S diag(dt) conv(w), S with 2 heads of 2 channels:
+/// every call through it gives exactly the plain call's result; its coefficients are copied by the
+/// first calls and never again (a second round of every call adds no copy); a scope nested in
+/// another on the same stream shares its copies; another stream is refused.
+template <class T, class Check>
+void resident_cases(iattn::cuda on, Check&& check, const lengths& ls) {
+  namespace cd = iattn::cuda_detail;
+  auto same = [&](const std::string& what, bool ok) { check(what, ok ? 0.0 : std::numeric_limits<double>::infinity(), 0.0); };
+  const ss_config heads{"per-state H=2 P=2 N=5 resets", 2, 2, 1, 5, decay_form::per_state, false, false, true};
+  for (Index L : ls.tiles) {
+    if (L != 1 && L != 33) continue;
+    const auto S = make_semiseparable<T>(heads, L);
+    const Index D = S.channels(), K = 4;
+    const auto h = iattn::diagonal(uniform<T>(L, D, -1, 1)) * S * iattn::diagonal(uniform<T>(L, D, 0.0, 0.5)) *
+                   iattn::causal_conv(uniform<T>(K, D, -1, 1));
+    const std::string what = at("device_expression diag*S*diag*conv", L);
+    const auto hd = iattn::to_device(h, on);
+    same(what + ": nothing copied before the first call", hd.coefficients_on_device() == 0);
+    const Mat<T> x = uniform<T>(L, D, -1, 1);
+    const iattn::device_matrix<T> xd = iattn::to_device(x, on);
+    const Index c = D - 1, t = L - 1;
+    auto host = [](const iattn::device_matrix<T>& m) { return MatD(iattn::to_host(m).template cast<double>()); };
+    std::size_t copies = 0;
+    // Host-to-device copies a call starts (one process-wide counter: the GPU test is single-threaded,
+    // and the emulated test runs this case alone).
+    auto copies_by = [](auto&& call) {
+      const long long before = cd::host_to_device_copies().load();
+      (void)call();
+      return cd::host_to_device_copies().load() - before;
+    };
+    for (int round = 0; round < 2; ++round) {
+      const std::string r = what + (round ? " (second round)" : "");
+      if (round == 1) {
+        same(r + ": apply copies nothing", copies_by([&] { return iattn::apply(on, hd, xd); }) == 0);
+        same(r + ": materialize copies nothing", copies_by([&] { return iattn::materialize(on, hd, c); }) == 0);
+        same(r + ": materialize_all copies nothing", copies_by([&] { return iattn::materialize_all(on, hd); }) == 0);
+        same(r + ": materialize_mean copies nothing", copies_by([&] { return iattn::materialize_mean(on, hd); }) == 0);
+        same(r + ": materialize_head_means copies nothing",
+             copies_by([&] { return iattn::materialize_head_means(on, hd); }) == 0);
+        same(r + ": row copies its unit vector only", copies_by([&] { return iattn::row(on, hd, t, c); }) == 1);
+        same(r + ": without the device_expression, materialize copies the coefficients",
+             copies_by([&] { return iattn::materialize(on, h, c); }) >= 4);
+      }
+      compare(check, r + " apply", host(iattn::apply(on, hd, xd)), host(iattn::apply(on, h, xd)), 0.0);
+      compare(check, r + " apply, host matrices", iattn::apply(on, hd, x).template cast<double>(),
+              host(iattn::apply(on, h, xd)), 0.0);
+      compare(check, r + " materialize", host(iattn::materialize(on, hd, c)), host(iattn::materialize(on, h, c)), 0.0);
+      compare(check, r + " row", host(iattn::row(on, hd, t, c)), host(iattn::row(on, h, t, c)), 0.0);
+      compare(check, r + " col", host(iattn::col(on, hd, 0, c)), host(iattn::col(on, h, 0, c)), 0.0);
+      compare(check, r + " materialize_all", host(iattn::materialize_all(on, hd)), host(iattn::materialize_all(on, h)), 0.0);
+      compare(check, r + " materialize_mean abs", host(iattn::materialize_mean(on, hd, {.abs = true})),
+              host(iattn::materialize_mean(on, h, {.abs = true})), 0.0);
+      compare(check, r + " materialize_head_means", host(iattn::materialize_head_means(on, hd)),
+              host(iattn::materialize_head_means(on, h)), 0.0);
+      if (round == 0) {
+        copies = hd.coefficients_on_device();
+        same(r + ": the first calls copied the coefficients", copies > 0);
+      } else {
+        same(r + ": no coefficient copied again (" + std::to_string(copies) + " kept, " +
+                 std::to_string(hd.coefficients_on_device()) + " now)",
+             hd.coefficients_on_device() == copies);
+      }
+    }
+    // Another stream: refused before anything runs, naming the call.
+#if defined(__CUDACC__)
+    cudaStream_t other = nullptr;
+    iattn::simt::check(cudaStreamCreate(&other), "cudaStreamCreate");
+    const iattn::cuda elsewhere{other};
+#else
+    const iattn::cuda elsewhere{iattn::simt::emulated_stream{on.stream.order == iattn::simt::schedule::serial_forward
+                                                                 ? iattn::simt::schedule::serial_reverse
+                                                                 : iattn::simt::schedule::serial_forward}};
+#endif
+    std::string message;
+    try {
+      (void)iattn::apply(elsewhere, hd, xd);
+    } catch (const std::invalid_argument& e) {
+      message = e.what();
+    }
+    same(what + ": another stream is refused (got: \"" + message + "\")",
+         message.find("apply(iattn::cuda, device_expression, X)") != std::string::npos &&
+             message.find("made on another stream") != std::string::npos);
+#if defined(__CUDACC__)
+    iattn::simt::check(cudaStreamDestroy(other), "cudaStreamDestroy");
+#endif
+  }
+  {  // a scope nested in another on the same stream shares its copies
+    const auto S = make_semiseparable<T>(ss_configs[1], 9);
+    const cd::upload_scope outer(on.stream);
+    {
+      const cd::upload_scope inner(on.stream);
+      (void)cd::upload(S.B(), on.stream);
+      same("nested upload_scope: the inner copy is the outer's", outer.uploads() == 1 && inner.uploads() == 1);
+    }
+    const auto b = cd::upload(S.B(), on.stream);
+    same("nested upload_scope: kept after the inner scope ends", outer.uploads() == 1);
+    Mat<T> back(S.B().rows(), S.B().cols());
+    b.download(back.data());
+    compare(check, "nested upload_scope: the kept copy holds the values", back, S.B().map().template cast<double>(), 0.0);
+  }
+}
+
 /// Mamba-1's chain diag(silu z) * S(dt (x) A, B, C) * diag(dt) * conv(w), and the device-buffer
 /// overload (to_device, apply on device matrices, to_host).
 template <class T, class Check>
@@ -627,6 +729,7 @@ void all_cases(iattn::cuda on, Check&& check, const lengths& ls) {
   linear_recurrence_matrix_cases<T>(on, check, ls);
   product_matrix_cases<T>(on, check, ls);
   mean_cases<T>(on, check, ls);
+  resident_cases<T>(on, check, ls);
 }
 
 }  // namespace cuda_test

@@ -16,9 +16,11 @@
 #include "../../core/error.hpp"
 #include "tag.hpp"
 
+#include <atomic>
 #include <cstddef>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -26,6 +28,13 @@
 namespace iattn {
 
 namespace cuda_detail {
+
+/// How many host-to-device copies device_buffer::upload has started in this process (all threads):
+/// what the tests count to prove a call copies nothing.
+inline std::atomic<long long>& host_to_device_copies() {
+  static std::atomic<long long> n{0};
+  return n;
+}
 
 /// n values of T in device memory, allocated and freed in order on a stream.
 template <class T>
@@ -80,6 +89,7 @@ class device_buffer {
 
   void upload(const T* host) {
     if (n_ <= 0) return;
+    host_to_device_copies().fetch_add(1, std::memory_order_relaxed);
 #if defined(__CUDACC__)
     simt::check(cudaMemcpyAsync(data_, host, bytes(), cudaMemcpyHostToDevice, stream_), "device_buffer: upload");
 #else
@@ -118,16 +128,71 @@ class device_buffer {
   bool owns_ = true;
 };
 
+/// Whether two streams order work the same: the same cudaStream_t; in the emulated build, where
+/// every launch completes before it returns, the same schedule (so the tests can tell two apart).
+inline bool same_stream(const simt::stream& a, const simt::stream& b) {
+#if defined(__CUDACC__)
+  return a == b;
+#else
+  return a.order == b.order;
+#endif
+}
+
+/// Device copies of an expression's coefficients, keyed by host storage (address and size), on one
+/// stream. Shared by the scopes that serve from it (and by a device_expression, which keeps it).
+class coefficient_copies {
+ public:
+  explicit coefficient_copies(simt::stream s) : stream_(s) {}
+  simt::stream stream() const { return stream_; }
+
+  /// n values at host, copied to the device on the first request, borrowed after.
+  template <class T>
+  device_buffer<T> borrow_or_upload(const T* host, Index n) {
+    const std::size_t bytes = static_cast<std::size_t>(n) * sizeof(T);
+    const std::lock_guard<std::mutex> lock(mutex_);
+    for (entry& e : entries_)
+      if (e.host == host && e.bytes == bytes) return device_buffer<T>::borrow(reinterpret_cast<T*>(e.copy.data()), n, stream_);
+    entries_.push_back(entry{host, bytes, device_buffer<std::byte>(static_cast<Index>(bytes), stream_)});
+    entries_.back().copy.upload(reinterpret_cast<const std::byte*>(host));
+    return device_buffer<T>::borrow(reinterpret_cast<T*>(entries_.back().copy.data()), n, stream_);
+  }
+  /// How many distinct coefficients are on the device.
+  std::size_t size() const {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    return entries_.size();
+  }
+
+ private:
+  struct entry {
+    const void* host;
+    std::size_t bytes;
+    device_buffer<std::byte> copy;
+  };
+  simt::stream stream_;
+  mutable std::mutex mutex_;
+  std::vector<entry> entries_;
+};
+
 /// The coefficients one call has copied to the device, while it evaluates many channels
 /// (materialize_all, the channel and head means): inside a live scope, upload() of a coefficient
 /// whose host storage (address and size) the scope already holds borrows that copy instead of
 /// copying again. Only an expression's coefficients are uploaded, and the call holds the
 /// expression, whose coefficients are immutable: a host address names the same values for the
-/// scope's life. Scopes nest (the innermost serves); one per thread; the copies are freed, in
-/// stream order, when the scope ends.
+/// scope's life. Scopes nest (the innermost serves; one per thread); a scope opened inside another
+/// on the same stream shares its copies. The copies are freed, in stream order, when the last
+/// scope (or device_expression) holding them ends.
 class upload_scope {
  public:
-  explicit upload_scope(simt::stream s) : stream_(s), outer_(current()) { current() = this; }
+  explicit upload_scope(simt::stream s)
+      : outer_(current()),
+        copies_(outer_ && same_stream(outer_->copies_->stream(), s) ? outer_->copies_
+                                                                    : std::make_shared<coefficient_copies>(s)) {
+    current() = this;
+  }
+  /// A scope serving from copies another owner keeps (a device_expression's).
+  explicit upload_scope(std::shared_ptr<coefficient_copies> kept) : outer_(current()), copies_(std::move(kept)) {
+    current() = this;
+  }
   ~upload_scope() { current() = outer_; }
   upload_scope(const upload_scope&) = delete;
   upload_scope& operator=(const upload_scope&) = delete;
@@ -140,25 +205,14 @@ class upload_scope {
   /// n values at host, copied to the device on the first request, borrowed after.
   template <class T>
   device_buffer<T> borrow_or_upload(const T* host, Index n) {
-    const std::size_t bytes = static_cast<std::size_t>(n) * sizeof(T);
-    for (entry& e : entries_)
-      if (e.host == host && e.bytes == bytes) return device_buffer<T>::borrow(reinterpret_cast<T*>(e.copy.data()), n, stream_);
-    entries_.push_back(entry{host, bytes, device_buffer<std::byte>(static_cast<Index>(bytes), stream_)});
-    entries_.back().copy.upload(reinterpret_cast<const std::byte*>(host));
-    return device_buffer<T>::borrow(reinterpret_cast<T*>(entries_.back().copy.data()), n, stream_);
+    return copies_->template borrow_or_upload<T>(host, n);
   }
   /// How many distinct coefficients the scope holds (what the tests count).
-  std::size_t uploads() const { return entries_.size(); }
+  std::size_t uploads() const { return copies_->size(); }
 
  private:
-  struct entry {
-    const void* host;
-    std::size_t bytes;
-    device_buffer<std::byte> copy;
-  };
-  simt::stream stream_;
   upload_scope* outer_;
-  std::vector<entry> entries_;
+  std::shared_ptr<coefficient_copies> copies_;
 };
 
 /// A coefficient's values on the device (empty when the coefficient is): a new copy, or inside an
