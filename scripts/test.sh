@@ -25,7 +25,7 @@ python_deps=$!
 skip_sanitizers="${IATTN_SKIP_SANITIZERS:-0}"
 programs=OFF
 [ "$skip_sanitizers" = "1" ] && programs=ON
-echo "== stage 1: release build (g++): examples, build-system checks$([ "$programs" = ON ] && echo ", all tests")"
+echo "== [${SECONDS} s] stage 1: release build (g++): examples, build-system checks$([ "$programs" = ON ] && echo ", all tests")"
 # With nvcc on the PATH (or in /usr/local/cuda), the CUDA backend's GPU test, example and benchmark
 # are compiled for sm_80 and sm_90 too (they print why and exit 0 without a device); its kernels run
 # on the host emulator in the test programs (docs/cuda.md).
@@ -41,7 +41,7 @@ cmake -S . -B build -DCMAKE_BUILD_TYPE=Release "-DCMAKE_CXX_FLAGS_RELEASE=-O2 -D
 cmake --build build -j2
 ctest --test-dir build --output-on-failure -j2
 python_stage() {
-  echo "== stage 3: the Python package (pip install . into .venv), its tests"
+  echo "== [${SECONDS} s] stage 3: the Python package (pip install . into .venv), its tests"
   if ! wait "$python_deps"; then
     echo "iattn: creating the venv or installing its packages failed:"; tail -n 30 build/python-deps.log; exit 1
   fi
@@ -53,7 +53,7 @@ if [ "$skip_sanitizers" = "1" ]; then
   exit 0
 fi
 bash scripts/deps.sh --sanitize
-echo "== stage 2: every test program, AddressSanitizer + UndefinedBehaviorSanitizer (clang)"
+echo "== [${SECONDS} s] stage 2: every test program, AddressSanitizer + UndefinedBehaviorSanitizer (clang)"
 # clang compiles the tests in less time than g++ and checks more (float-cast-overflow, for one).
 # No debug information: reports name the functions (symbols), not file:line; the compile takes 12 %
 # less time (rewrites_test.cpp: 71 s with -gline-tables-only, 63 s without). To see lines, rebuild
@@ -64,13 +64,14 @@ cmake --build build-sanitize -j2
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir build-sanitize --output-on-failure -j2
 python_stage
-echo "== stage 4: ThreadSanitizer on the concurrency stress test"
+echo "== [${SECONDS} s] stage 4: ThreadSanitizer on the concurrency stress test"
 # Debian's libgomp is not built with ThreadSanitizer (its barriers read as races), so OpenMP runs
 # one thread here; the test's own std::threads share one expression.
 cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE= "-DCMAKE_CXX_FLAGS=-O1 -g1" -DIATTN_BUILD_TESTS=ON \
   -DIATTN_BUILD_EXAMPLES=OFF -DIATTN_INSTALL=OFF -DIATTN_SANITIZE=thread
-cmake --build build-tsan -j2 --target reliability_test emulated_kernels_test emulator_race_check
-OMP_NUM_THREADS=1 TSAN_OPTIONS=halt_on_error=1 ./build-tsan/tests/reliability_test "[threads]"
-echo "== stage 4b: the CUDA kernels on the host emulator under ThreadSanitizer, and the missing-barrier race check"
+cmake --build build-tsan -j2 --target threads_test emulated_kernels_test emulator_race_check
+OMP_NUM_THREADS=1 TSAN_OPTIONS=halt_on_error=1 ./build-tsan/tests/threads_test
+echo "== [${SECONDS} s] stage 4b: the CUDA kernels on the host emulator under ThreadSanitizer, and the missing-barrier race check"
 TSAN_OPTIONS=halt_on_error=1 ./build-tsan/tests/cuda/emulated_kernels_test "[concurrent],[emulator],[errors]"
 ctest --test-dir build-tsan -R '^emulator_race_check$' --output-on-failure
+echo "== [${SECONDS} s] test.sh: every stage passed"

@@ -1,11 +1,10 @@
 // Reliability: empty sequences through every operator, evaluation and model; the non-finite
 // policy (propagate, exactly where the matrix depends on the value); numerical extremes (decays of
-// exactly 0 and 1, RWKV keys of +-80 in float); concurrent evaluation of one shared expression.
+// exactly 0 and 1, RWKV keys of +-80 in float). Concurrent evaluation of one shared expression is
+// in threads_test.cpp (its own program, so the ThreadSanitizer stage compiles only that).
 #include "support/model_checks.hpp"
 
 #include <iattn/models/all.hpp>
-
-#include <thread>
 
 using namespace test;
 using iattn::Matrix;
@@ -140,26 +139,4 @@ TEST_CASE("RWKV-4 with keys of +-80 in float is exact against its double forward
   REQUIRE(out.allFinite());
   REQUIRE((out - ref).cwiseAbs().maxCoeff() <= 1e-3 * (1 + ref.cwiseAbs().maxCoeff()));
   check_exact<float>(rwkv4_forward(wf, uf), d);
-}
-
-TEST_CASE("concurrent apply, materialize and row on one shared expression agree bit for bit", "[reliability][threads]") {
-  const Index L = 300, D = 24, N = 8, K = 4;
-  const Mat<float> dt = uniform<float>(L, D, 0.01, 0.2), A = uniform<float>(D, N, -2, -0.1), B = normal<float>(L, N), C = normal<float>(L, N);
-  const Mat<float> g = uniform<float>(L, D, 0, 1), w = normal<float>(K, D), x = normal<float>(L, D);
-  const auto H = group_norm<float>(4) * diagonal(g) * semiseparable(factored_decay(dt, A), B, C, {.heads = D}) * diagonal(dt) * causal_conv(w);
-  const Mat<float> y0 = apply(H, x);
-  const auto Hb = bind(H, x);
-  const Mat<float> m0 = materialize(Hb, 7), r0 = row(Hb, 150);
-  std::vector<std::thread> pool;
-  std::vector<int> mismatches(6, 0);
-  for (int i = 0; i < 6; ++i)
-    pool.emplace_back([&, i] {
-      for (int it = 0; it < 10; ++it) {
-        if (Mat<float>(apply(H, x)) != y0) ++mismatches[std::size_t(i)];
-        if (Mat<float>(materialize(Hb, 7)) != m0) ++mismatches[std::size_t(i)];
-        if (Mat<float>(row(Hb, 150)) != r0) ++mismatches[std::size_t(i)];
-      }
-    });
-  for (auto& t : pool) t.join();
-  for (int m : mismatches) REQUIRE(m == 0);
 }
