@@ -5,6 +5,7 @@
 //   materialize(cuda{s}, H, c)     channel c's (L, L) matrix as a device_matrix<T>
 //   row(cuda{s}, H, t, c)          row t of channel c's matrix, (1, L): H^c[t, s] at (0, s)
 //   col(cuda{s}, H, s, c)          column s of channel c's matrix, (1, L): H^c[t, s] at (0, t)
+//   row_all(cuda{s}, H, t), col_all(cuda{s}, H, s)   every channel's row / column, (D, L)
 //   materialize_all(cuda{s}, H)    every channel's matrix, (D L, L): channel c in rows [c L, (c+1) L)
 //   materialize_mean(cuda{s}, H, o)          the mean of H^c (or |H^c|) over channels, (L, L)
 //   materialize_head_means(cuda{s}, H, o)    every head's mean, (heads L, L)
@@ -13,7 +14,7 @@
 //                                  every call above takes it in H's place (on stream s)
 //
 // Covered now: apply, materialize (one channel, every channel, channel and head means), row and
-// col of Diagonal, CausalConv, LinearRecurrence, Semiseparable (every form) and Products of them
+// col (one channel, every channel) of Diagonal, CausalConv, LinearRecurrence, Semiseparable (every form) and Products of them
 // (Mamba-1's chain diag * S * diag * conv). Any other node is a compile-time error naming what is
 // covered, never a silent fallback to the CPU. Each call copies the expression's coefficients to
 // the device (once per call, however many channels it evaluates; never again for a
@@ -235,6 +236,47 @@ device_matrix<typename H::scalar> row(cuda on, const H& h, Index t, Index c, Ind
   return cuda_detail::row_or_col(on, h, t, c, L, true);
 }
 
+namespace cuda_detail {
+/// Row k (is_row) or column k of every channel's matrix, (D, L): channel c's in row c.
+template <class H>
+device_matrix<typename H::scalar> row_or_col_all(const cuda& on, const H& h, Index k, Index L, bool is_row) {
+  static_assert(slices_v<H>,
+                "row_all / col_all(iattn::cuda, H): the CUDA backend takes rows and columns of Diagonal, CausalConv, "
+                "LinearRecurrence, Semiseparable and Products of these; H contains another node (docs/cuda.md lists "
+                "what is covered)");
+  using T = typename H::scalar;
+  const char* where = is_row ? "row_all(iattn::cuda, H, t)" : "col_all(iattn::cuda, H, s)";
+  L = resolve_channels_length(h, L, where);
+  if (k < 0 || k >= L)
+    detail::fail(where, std::string(is_row ? "t" : "s") + " = " + std::to_string(k) + " is out of range [0, L=" +
+                            std::to_string(L) + ")");
+  const Index D = h.channels();
+  device_matrix<T> out(D, L, on);
+  if constexpr (slices_v<H>) {
+    std::vector<T> unit(static_cast<std::size_t>(L), T(0));
+    unit[static_cast<std::size_t>(k)] = T(1);
+    const device_buffer<T> e(unit.data(), L, on.stream);
+    const upload_scope uploads(on.stream);
+    for (Index c = 0; c < D; ++c) cuda_eval<H>::vector(h, on, c, is_row, e.data(), out.data() + c * L, L);
+  }
+  return out;
+}
+}  // namespace cuda_detail
+
+/// Row t of every channel's matrix on the device, (D, L): out(c, s) = H^c[t, s], the CPU's
+/// row(H, t). Channel by channel (one transposed scan of e_t each), the coefficients copied once.
+template <Operator H>
+device_matrix<typename H::scalar> row_all(cuda on, const H& h, Index t, Index L = any) {
+  return cuda_detail::row_or_col_all(on, h, t, L, true);
+}
+
+/// Column s of every channel's matrix on the device, (D, L): out(c, t) = H^c[t, s], the CPU's
+/// col(H, s).
+template <Operator H>
+device_matrix<typename H::scalar> col_all(cuda on, const H& h, Index s, Index L = any) {
+  return cuda_detail::row_or_col_all(on, h, s, L, false);
+}
+
 /// Column s of channel c's matrix on the device, (1, L): out(0, t) = H^c[t, s] (col(H, s)'s row c
 /// on the CPU). O(L N) per factor: one scan of e_s, never the (L, L) matrix.
 template <Operator H>
@@ -288,6 +330,16 @@ template <Operator H>
 device_matrix<typename H::scalar> col(cuda on, const device_expression<H>& h, Index s, Index c, Index L = any) {
   const auto sc = h.scope(on, "col(iattn::cuda, device_expression, s, c)");
   return col(on, h.expression(), s, c, L);
+}
+template <Operator H>
+device_matrix<typename H::scalar> row_all(cuda on, const device_expression<H>& h, Index t, Index L = any) {
+  const auto s = h.scope(on, "row_all(iattn::cuda, device_expression, t)");
+  return row_all(on, h.expression(), t, L);
+}
+template <Operator H>
+device_matrix<typename H::scalar> col_all(cuda on, const device_expression<H>& h, Index s, Index L = any) {
+  const auto sc = h.scope(on, "col_all(iattn::cuda, device_expression, s)");
+  return col_all(on, h.expression(), s, L);
 }
 
 }  // namespace iattn

@@ -463,6 +463,19 @@ void mean_cases(iattn::cuda on, Check&& check, const lengths& ls) {
               iattn::materialize_mean(h, o, L).template cast<double>(), tol);
       compare(check, what + " materialize_mean " + name + " vs loops", got, loop_mean(dense_of, rq.c0, rq.c1, rq.abs, L), tol);
     }
+    for (Index k : {Index(0), L / 2, L - 1}) {  // every channel's row and column against the CPU and the loops
+      MatD row_loops(D, L), col_loops(D, L);
+      for (Index c = 0; c < D; ++c) {
+        row_loops.row(c) = dense_of[std::size_t(c)].row(k);
+        col_loops.row(c) = dense_of[std::size_t(c)].col(k).transpose();
+      }
+      const MatD r = iattn::to_host(iattn::row_all(on, h, k)).template cast<double>();
+      const MatD q = iattn::to_host(iattn::col_all(on, h, k)).template cast<double>();
+      compare(check, what + " row_all t=" + std::to_string(k) + " vs cpu", r, iattn::row(h, k).template cast<double>(), tol);
+      compare(check, what + " row_all t=" + std::to_string(k) + " vs loops", r, row_loops, tol);
+      compare(check, what + " col_all s=" + std::to_string(k) + " vs cpu", q, iattn::col(h, k).template cast<double>(), tol);
+      compare(check, what + " col_all s=" + std::to_string(k) + " vs loops", q, col_loops, tol);
+    }
     for (bool abs : {false, true}) {
       const MatD got = iattn::to_host(iattn::materialize_head_means(on, h, {.abs = abs}, L)).template cast<double>();
       const std::string name = what + (abs ? " materialize_head_means abs" : " materialize_head_means");
@@ -511,6 +524,8 @@ void mean_cases(iattn::cuda on, Check&& check, const lengths& ls) {
            "must be unset");
     throws("materialize_head_means without heads", [&] { (void)iattn::materialize_head_means(on, d, {}, L); },
            "the expression has no heads");
+    throws("row_all with t out of range", [&] { (void)iattn::row_all(on, S, L); }, "row_all(iattn::cuda, H, t): t = 7 is out of range [0, L=7)");
+    throws("col_all with s negative", [&] { (void)iattn::col_all(on, S, -1); }, "col_all(iattn::cuda, H, s): s = -1 is out of range");
     throws("materialize_all of a conv without L", [&] { (void)iattn::materialize_all(on, iattn::causal_conv(uniform<T>(3, 2, -1, 1))); },
            "L");
   }
@@ -556,6 +571,7 @@ void resident_cases(iattn::cuda on, Check&& check, const lengths& ls) {
         same(r + ": materialize_head_means copies nothing",
              copies_by([&] { return iattn::materialize_head_means(on, hd); }) == 0);
         same(r + ": row copies its unit vector only", copies_by([&] { return iattn::row(on, hd, t, c); }) == 1);
+        same(r + ": row_all copies its unit vector only", copies_by([&] { return iattn::row_all(on, hd, t); }) == 1);
         same(r + ": without the device_expression, materialize copies the coefficients",
              copies_by([&] { return iattn::materialize(on, h, c); }) >= 4);
       }
@@ -565,6 +581,8 @@ void resident_cases(iattn::cuda on, Check&& check, const lengths& ls) {
       compare(check, r + " materialize", host(iattn::materialize(on, hd, c)), host(iattn::materialize(on, h, c)), 0.0);
       compare(check, r + " row", host(iattn::row(on, hd, t, c)), host(iattn::row(on, h, t, c)), 0.0);
       compare(check, r + " col", host(iattn::col(on, hd, 0, c)), host(iattn::col(on, h, 0, c)), 0.0);
+      compare(check, r + " row_all", host(iattn::row_all(on, hd, t)), host(iattn::row_all(on, h, t)), 0.0);
+      compare(check, r + " col_all", host(iattn::col_all(on, hd, 0)), host(iattn::col_all(on, h, 0)), 0.0);
       compare(check, r + " materialize_all", host(iattn::materialize_all(on, hd)), host(iattn::materialize_all(on, h)), 0.0);
       compare(check, r + " materialize_mean abs", host(iattn::materialize_mean(on, hd, {.abs = true})),
               host(iattn::materialize_mean(on, h, {.abs = true})), 0.0);
