@@ -199,7 +199,7 @@ def main():
             it = json.loads(res.stdout.strip().splitlines()[-1])
             got = {k: torch.from_numpy(np.load(os.path.join(d, k + ".npy"))) for k in what}
         t32, t64 = on_device(inp, torch.float32, dev), on_device(inp, torch.float64, dev)
-        ch32, ch64 = one_channel(t32, c), one_channel(t64, c)
+        ch64 = one_channel(t64, c)
         all_idx = torch.tensor([0, c, D - 1], device=dev)
         cases = {
             "apply": [("sequential", lambda t: torch_apply(t)),

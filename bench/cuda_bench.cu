@@ -108,22 +108,23 @@ void BM_cuda_apply_mamba1_resident(benchmark::State& state) {
   timed(state, on.stream, [&] { benchmark::DoNotOptimize(iattn::apply(on, H, xd).data()); });
   state.SetItemsProcessed(state.iterations() * d.L * D * N);
 }
-/// One channel of the whole chain (L^2 floats written: bytes_per_second against BM_cuda_copy's).
+/// Channel 7 of H kept on the device (L^2 floats written: bytes_per_second against BM_cuda_copy's).
+template <class E>
+void materialize_resident(benchmark::State& state, Index L, const E& h) {
+  const iattn::cuda on{};
+  const auto H = iattn::to_device(h, on);
+  timed(state, on.stream, [&] { benchmark::DoNotOptimize(iattn::materialize(on, H, 7).data()); });
+  state.SetItemsProcessed(state.iterations() * L * L);
+  state.SetBytesProcessed(state.iterations() * L * L * std::int64_t(sizeof(float)));
+}
+/// One channel of the whole chain.
 void BM_cuda_materialize_mamba1_resident(benchmark::State& state) {
   const data& d = get(state.range(0));
-  const iattn::cuda on{};
-  const auto H = iattn::to_device(d.mamba1(), on);
-  timed(state, on.stream, [&] { benchmark::DoNotOptimize(iattn::materialize(on, H, 7).data()); });
-  state.SetItemsProcessed(state.iterations() * d.L * d.L);
-  state.SetBytesProcessed(state.iterations() * d.L * d.L * std::int64_t(sizeof(float)));
+  materialize_resident(state, d.L, d.mamba1());
 }
 void BM_cuda_materialize_S_resident(benchmark::State& state) {
   const data& d = get(state.range(0));
-  const iattn::cuda on{};
-  const auto S = iattn::to_device(d.S(), on);
-  timed(state, on.stream, [&] { benchmark::DoNotOptimize(iattn::materialize(on, S, 7).data()); });
-  state.SetItemsProcessed(state.iterations() * d.L * d.L);
-  state.SetBytesProcessed(state.iterations() * d.L * d.L * std::int64_t(sizeof(float)));
+  materialize_resident(state, d.L, d.S());
 }
 void BM_cuda_copy(benchmark::State& state) {
   const data& d = get(state.range(0));

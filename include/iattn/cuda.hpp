@@ -56,18 +56,17 @@ template <Operator H>
 class device_expression {
  public:
   using scalar = typename H::scalar;
-  device_expression(const H& h, cuda on)
-      : h_(h), on_(on), copies_(std::make_shared<cuda_detail::coefficient_copies>(on.stream)) {}
+  device_expression(const H& h, cuda on) : h_(h), copies_(std::make_shared<cuda_detail::coefficient_copies>(on.stream)) {}
 
   /// The host expression.
   const H& expression() const { return h_; }
   /// The stream the copies live on.
-  cuda backend() const { return on_; }
+  cuda backend() const { return cuda{copies_->stream()}; }
   /// How many of the expression's coefficients are on the device so far.
   std::size_t coefficients_on_device() const { return copies_->size(); }
   /// The scope an evaluation through `on` runs in; `where` names the call in the error.
   cuda_detail::upload_scope scope(const cuda& on, const char* where) const {
-    if (!cuda_detail::same_stream(on.stream, on_.stream))
+    if (!cuda_detail::same_stream(on.stream, copies_->stream()))
       detail::fail(where, "the device_expression was made on another stream; evaluate it on the stream passed to "
                           "to_device(H, cuda{s}), or make one per stream");
     return cuda_detail::upload_scope(copies_);
@@ -75,7 +74,6 @@ class device_expression {
 
  private:
   H h_;
-  cuda on_;
   std::shared_ptr<cuda_detail::coefficient_copies> copies_;
 };
 
@@ -207,19 +205,29 @@ device_matrix<typename H::scalar> materialize_head_means(cuda on, const H& h, co
 }
 
 namespace cuda_detail {
+/// k (named `name`) within [0, L), else std::invalid_argument from `where`.
+inline void check_index(Index k, Index L, const char* name, const char* where) {
+  if (k < 0 || k >= L)
+    detail::fail(where, std::string(name) + " = " + std::to_string(k) + " is out of range [0, L=" + std::to_string(L) + ")");
+}
+
+/// e_k of length L on the device.
+template <class T>
+device_buffer<T> unit_vector(Index k, Index L, const cuda& on) {
+  std::vector<T> unit(static_cast<std::size_t>(L), T(0));
+  unit[static_cast<std::size_t>(k)] = T(1);
+  return device_buffer<T>(unit.data(), L, on.stream);
+}
+
 /// Row k (is_row: (H^c)^T e_k) or column k (H^c e_k) of channel c's matrix, (1, L).
 template <class H>
 device_matrix<typename H::scalar> row_or_col(const cuda& on, const H& h, Index k, Index c, Index L, bool is_row) {
   using T = typename H::scalar;
   const char* where = is_row ? "row(iattn::cuda, H, t, c)" : "col(iattn::cuda, H, s, c)";
   L = detail::resolve_length(h, L, where);
-  if (k < 0 || k >= L)
-    detail::fail(where, std::string(is_row ? "t" : "s") + " = " + std::to_string(k) + " is out of range [0, L=" +
-                            std::to_string(L) + ")");
+  check_index(k, L, is_row ? "t" : "s", where);
   detail::check_channel(h, c, where);
-  std::vector<T> unit(static_cast<std::size_t>(L), T(0));
-  unit[static_cast<std::size_t>(k)] = T(1);
-  const device_buffer<T> e(unit.data(), L, on.stream);
+  const device_buffer<T> e = unit_vector<T>(k, L, on);
   device_matrix<T> out(1, L, on);
   if constexpr (slices_v<H>) cuda_eval<H>::vector(h, on, c, is_row, e.data(), out.data(), L);
   return out;
@@ -247,15 +255,11 @@ device_matrix<typename H::scalar> row_or_col_all(const cuda& on, const H& h, Ind
   using T = typename H::scalar;
   const char* where = is_row ? "row_all(iattn::cuda, H, t)" : "col_all(iattn::cuda, H, s)";
   L = resolve_channels_length(h, L, where);
-  if (k < 0 || k >= L)
-    detail::fail(where, std::string(is_row ? "t" : "s") + " = " + std::to_string(k) + " is out of range [0, L=" +
-                            std::to_string(L) + ")");
+  check_index(k, L, is_row ? "t" : "s", where);
   const Index D = h.channels();
   device_matrix<T> out(D, L, on);
   if constexpr (slices_v<H>) {
-    std::vector<T> unit(static_cast<std::size_t>(L), T(0));
-    unit[static_cast<std::size_t>(k)] = T(1);
-    const device_buffer<T> e(unit.data(), L, on.stream);
+    const device_buffer<T> e = unit_vector<T>(k, L, on);
     const upload_scope uploads(on.stream);
     for (Index c = 0; c < D; ++c) cuda_eval<H>::vector(h, on, c, is_row, e.data(), out.data() + c * L, L);
   }
