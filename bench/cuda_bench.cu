@@ -3,8 +3,9 @@
 // S applied alone and one channel of S materialized, at L in {1024, 4096}, D = 1536, N = 16, float,
 // timed with CUDA events (manual time). Each call copies the expression's coefficients to the
 // device (docs/cuda.md); the *_resident variants evaluate the expression kept on the device (to_device(H, on)),
-// which times the kernels alone. Two baselines run beside them:
+// which times the kernels alone. Three baselines run beside them:
 //   BM_cuda_copy     a device-to-device copy of the (L, D) input: the memory-bound floor of a pass
+//   BM_cuda_fill     cudaMemsetAsync of L^2 floats: the write bandwidth a materialization can reach
 //   BM_cuda_upload   the host-to-device copy of the coefficients one apply of the chain uploads
 // Counters: items_per_second (L*D*N state updates for S and the chain, L^2 entries for materialize),
 // bytes_per_second for the baselines.
@@ -100,6 +101,14 @@ void BM_cuda_materialize_S(benchmark::State& state) {
 }
 // The same calls on the expression kept on the device (to_device(H, on): the untimed warm-up call
 // copies the coefficients, no later call does; docs/cuda.md), so the time is the kernels'.
+void BM_cuda_apply_S_resident(benchmark::State& state) {
+  const data& d = get(state.range(0));
+  const iattn::cuda on{};
+  const auto S = iattn::to_device(d.S(), on);
+  const auto xd = iattn::to_device(d.x, on);
+  timed(state, on.stream, [&] { benchmark::DoNotOptimize(iattn::apply(on, S, xd).data()); });
+  state.SetItemsProcessed(state.iterations() * d.L * D * N);
+}
 void BM_cuda_apply_mamba1_resident(benchmark::State& state) {
   const data& d = get(state.range(0));
   const iattn::cuda on{};
@@ -137,6 +146,15 @@ void BM_cuda_copy(benchmark::State& state) {
   });
   state.SetBytesProcessed(state.iterations() * 2 * std::int64_t(bytes));  // read and write
 }
+void BM_cuda_fill(benchmark::State& state) {
+  const Index L = state.range(0);
+  const iattn::cuda on{};
+  iattn::device_matrix<float> m(L, L, on);
+  const std::size_t bytes = sizeof(float) * std::size_t(L * L);
+  timed(state, on.stream, [&] { iattn::simt::check(cudaMemsetAsync(m.data(), 0, bytes, on.stream), "fill"); });
+  state.SetItemsProcessed(state.iterations() * L * L);
+  state.SetBytesProcessed(state.iterations() * std::int64_t(bytes));
+}
 void BM_cuda_upload(benchmark::State& state) {
   const data& d = get(state.range(0));
   const iattn::cuda on{};
@@ -153,10 +171,12 @@ void BM_cuda_upload(benchmark::State& state) {
 BENCHMARK(BM_cuda_apply_mamba1)->Arg(1024)->Arg(4096)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_cuda_apply_S)->Arg(1024)->Arg(4096)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_cuda_materialize_S)->Arg(1024)->Arg(4096)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_cuda_apply_S_resident)->Arg(1024)->Arg(4096)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_cuda_apply_mamba1_resident)->Arg(1024)->Arg(4096)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_cuda_materialize_mamba1_resident)->Arg(1024)->Arg(4096)->UseManualTime()->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_cuda_materialize_S_resident)->Arg(1024)->Arg(4096)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_cuda_materialize_S_resident)->Arg(1024)->Arg(4096)->Arg(8192)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_cuda_copy)->Arg(1024)->Arg(4096)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_cuda_fill)->Arg(1024)->Arg(4096)->Arg(8192)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_cuda_upload)->Arg(1024)->Arg(4096)->UseManualTime()->Unit(benchmark::kMillisecond);
 
 int main(int argc, char** argv) {

@@ -188,12 +188,14 @@ struct ss_config {
 };
 
 /// Mamba-1 (factored, N = 16), GLA-like per-state decays with heads of 2 channels, Mamba-2-like
-/// per-head decays with 2 groups and N = 40 (64 lanes), RWKV-like strict forms with and without a
-/// bonus, wide states (N = 200: two states per thread, 128 lanes), N = 5 with resets (lambda = -inf).
+/// per-head decays with 2 groups and N = 40 (64 lanes) or N = 12 (the channel layout, N <= 16),
+/// RWKV-like strict forms with and without a bonus, wide states (N = 200: two states per thread,
+/// 128 lanes), N = 5 with resets (lambda = -inf).
 inline const std::vector<ss_config> ss_configs = {
     {"factored N=16", 6, 1, 1, 16, decay_form::factored, false, false, false},
     {"per-state H=3 P=2 N=5 resets", 3, 2, 1, 5, decay_form::per_state, false, false, true},
     {"per-head H=4 P=3 G=2 N=40", 4, 3, 2, 40, decay_form::per_head, false, false, false},
+    {"per-head H=4 P=2 G=2 N=12 resets", 4, 2, 2, 12, decay_form::per_head, false, false, true},
     {"strict bonus H=2 P=2 N=7", 2, 2, 1, 7, decay_form::per_state, true, true, false},
     {"strict no bonus factored N=3", 3, 1, 1, 3, decay_form::factored, true, false, true},
     {"per-head N=200", 2, 1, 1, 200, decay_form::per_head, false, false, false},
@@ -652,6 +654,26 @@ void product_cases(iattn::cuda on, Check&& check, const lengths& ls) {
     const Mat<T> y = iattn::to_host(iattn::apply(on, H, xd));
     compare(check, at("product diag*S*diag*conv", L) + " vs cpu", y, iattn::apply(H, x).template cast<double>(),
             tolerance<T>());
+    // The diagonals a scan folds in (product.hpp, scan_fold), per token and constant, in every
+    // association, in both scan layouts (N = 16: one thread per channel; N = 40: lanes).
+    for (const ss_config& k : {ss_configs[0], ss_configs[2]}) {
+      const auto Sk = make_semiseparable<T>(k, L);
+      const Index Dk = Sk.channels();
+      const Mat<T> xk = uniform<T>(L, Dk, -1, 1);
+      const auto z = iattn::diagonal(uniform<T>(L, Dk, -1, 1));
+      const auto e = iattn::diagonal(uniform<T>(1, Dk, -2, 2));
+      const std::string what = at("scan fold", L) + " " + k.name + " ";
+      compare(check, what + "diag*S", iattn::apply(on, z * Sk, xk), iattn::apply(z * Sk, xk).template cast<double>(),
+              tolerance<T>());
+      compare(check, what + "S*diag(1,D)", iattn::apply(on, Sk * e, xk),
+              iattn::apply(Sk * e, xk).template cast<double>(), tolerance<T>());
+      compare(check, what + "diag(1,D)*(S*diag)", iattn::apply(on, e * (Sk * z), xk),
+              iattn::apply(e * (Sk * z), xk).template cast<double>(), tolerance<T>());
+      compare(check, what + "diag*S*diag vs loops", iattn::apply(on, z * Sk * e, xk),
+              loop_diagonal(z.d().map().template cast<double>().eval(),
+                            loop_scan(Sk, loop_diagonal(e.d().map().eval(), xk).template cast<T>().eval())),
+              tolerance<T>());
+    }
   }
 }
 

@@ -31,7 +31,13 @@ FLOORS = {
     "lr_chunk_outputs": (128, 8),
     "ss_chunk_states": (128, 4),       # up to 4 states per thread in registers (double):
     "ss_chunk_outputs": (128, 4),      #   512 threads/SM, <= 128 registers
+    # one channel per thread, up to 16 states in registers: float 512 threads/SM (<= 128
+    # registers), double 256 (<= 255)
+    "ss_channel_states": {"float": (128, 4), "double": (128, 2)},
+    "ss_channel_outputs": {"float": (128, 4), "double": (128, 2)},
     "ss_tile_totals": (256, 4),
+    "ss_tile_factors": (256, 4),       # C~ and B~ per (token, state)
+    "ss_tile_mid": (256, 4),           # mid per (tile pair, state)
     "ss_materialize_tiles": (256, 4),  # 4 accumulators, 25 KiB shared (double): 1024 threads/SM
     "mean_accumulate": (256, 4),       # the channel means: a channel's matrix into the running mean
     "band_materialize": (256, 4),      # materialize, row and col of bands; band products
@@ -56,6 +62,17 @@ def kernel_of(mangled):
     """The FLOORS key whose length-prefixed identifier (Itanium mangling) is in the name."""
     hits = [k for k in FLOORS if f"{len(k)}{k}" in mangled]
     return max(hits, key=len) if hits else None
+
+
+def floor_of(k, mangled):
+    """(threads, min blocks) of kernel k; a FLOORS row may give one per element type instead,
+    {"float": (..), "double": (..)}, read from the first template argument (f or d)."""
+    row = FLOORS[k]
+    if isinstance(row, dict):
+        i = mangled.find(f"{len(k)}{k}I")
+        code = mangled[i + len(f"{len(k)}{k}I")] if i >= 0 else "?"
+        return row["double" if code == "d" else "float"]
+    return row
 
 
 def parse(text):
@@ -108,7 +125,7 @@ def check(entries, archs=None, quiet=False):
         if e["regs"] is None or e["frame"] is None:
             bad.append(f"{label}: no register or stack-frame line in the report")
             continue
-        threads, blocks = FLOORS[k]
+        threads, blocks = floor_of(k, e["name"])
         cap = REGISTERS_PER_SM // (threads * blocks)
         frame, stores, loads = e["frame"]
         rows.append((k, e["arch"], e["regs"], cap, frame, stores, loads, e["smem"], label))
@@ -179,6 +196,9 @@ def self_test():
         assert kernel_of("_ZN5iattn11cuda_detail15ss_chunk_statesIfLi1EEEv") == "ss_chunk_states"
         assert kernel_of("_ZN5iattn11cuda_detail15lr_chunk_statesIfEEv") == "lr_chunk_states"
         assert kernel_of("_ZN5iattn11cuda_detail11chunk_carryIfEEv") == "chunk_carry"
+        FLOORS = {"ss_channel_states": {"float": (128, 4), "double": (128, 2)}}
+        assert floor_of("ss_channel_states", "_ZN5iattn11cuda_detail17ss_channel_statesIdLi16EEEv") == (128, 2)
+        assert floor_of("ss_channel_states", "_ZN5iattn11cuda_detail17ss_channel_statesIfLi16EEEv") == (128, 4)
     finally:
         FLOORS = saved
     print("ptxas_check self-test: ok")

@@ -1,7 +1,9 @@
 // iattn/backend/cuda/product.hpp: CUDA evaluator of Product A * B.
-//   apply        the right factor into a device temporary, then the left one on it (node by node,
-//                right to left; each node's own kernels). No structured rewrite yet (the CPU folds
-//                diagonals into scans): each factor is one more pass.
+//   apply        a Semiseparable between diagonals (diag(z) S, S diag(d), diag(z) S diag(d), in
+//                either association: Mamba-1's and Mamba-2's chains) is one scan with the
+//                diagonals folded into its reads and writes (scan_fold); otherwise the right factor
+//                into a device temporary, then the left one on it (node by node, right to left;
+//                each node's own kernels).
 //   materialize  channel c's A^c B^c, (L, L), by the banded rewrites where a factor is a band
 //                (Diagonal, CausalConv and products of them; kernels/band.hpp):
 //                  B a band:  A's matrix, then multiplied by B on the right, O(L^2 K); Mamba-1's
@@ -16,6 +18,7 @@
 
 #include "../../ops/product.hpp"
 #include "band.hpp"
+#include "semiseparable.hpp"
 #include "evaluator.hpp"
 #include "kernels/lower_product.hpp"
 
@@ -29,6 +32,35 @@ struct fused_right_band : std::false_type {};
 template <class A2, class T>
 struct fused_right_band<Product<A2, Diagonal<T>>, CausalConv<T>> : std::true_type {};
 
+/// A Semiseparable with diagonals around it, diag(out) S diag(in), which one scan evaluates
+/// (semiseparable.hpp, apply_scaled): core(n), and in(n) / out(n) (null where there is none).
+template <class P>
+struct scan_fold : std::false_type {};
+template <class T>
+struct scan_fold<Product<Diagonal<T>, Semiseparable<T>>> : std::true_type {
+  template <class N> static const Semiseparable<T>& core(const N& n) { return n.right(); }
+  template <class N> static const Diagonal<T>* out(const N& n) { return &n.left(); }
+  template <class N> static const Diagonal<T>* in(const N&) { return nullptr; }
+};
+template <class T>
+struct scan_fold<Product<Semiseparable<T>, Diagonal<T>>> : std::true_type {
+  template <class N> static const Semiseparable<T>& core(const N& n) { return n.left(); }
+  template <class N> static const Diagonal<T>* out(const N&) { return nullptr; }
+  template <class N> static const Diagonal<T>* in(const N& n) { return &n.right(); }
+};
+template <class T>
+struct scan_fold<Product<Product<Diagonal<T>, Semiseparable<T>>, Diagonal<T>>> : std::true_type {
+  template <class N> static const Semiseparable<T>& core(const N& n) { return n.left().right(); }
+  template <class N> static const Diagonal<T>* out(const N& n) { return &n.left().left(); }
+  template <class N> static const Diagonal<T>* in(const N& n) { return &n.right(); }
+};
+template <class T>
+struct scan_fold<Product<Diagonal<T>, Product<Semiseparable<T>, Diagonal<T>>>> : std::true_type {
+  template <class N> static const Semiseparable<T>& core(const N& n) { return n.right().left(); }
+  template <class N> static const Diagonal<T>* out(const N& n) { return &n.left(); }
+  template <class N> static const Diagonal<T>* in(const N& n) { return &n.right().right(); }
+};
+
 template <class A, class B>
 struct cuda_eval<Product<A, B>> {
   static constexpr bool applies = applies_v<A> && applies_v<B>;
@@ -37,6 +69,23 @@ struct cuda_eval<Product<A, B>> {
 
   template <class T>
   static void apply(const Product<A, B>& n, const cuda& on, const T* x, T* y, Index L) {
+    if constexpr (scan_fold<Product<A, B>>::value) {
+      using F = scan_fold<Product<A, B>>;
+      device_buffer<T> in, out;
+      scan_scales<T> scales;
+      if (const Diagonal<T>* d = F::in(n)) {
+        in = upload(d->d(), on.stream);
+        scales.in = in.data();
+        scales.in_rows = d->d().rows();
+      }
+      if (const Diagonal<T>* d = F::out(n)) {
+        out = upload(d->d(), on.stream);
+        scales.out = out.data();
+        scales.out_rows = d->d().rows();
+      }
+      cuda_eval<Semiseparable<T>>::apply_scaled(F::core(n), on, x, y, L, scales);
+      return;
+    }
     device_buffer<T> tmp(L * n.channels(), on.stream);  // (L, D): B x
     cuda_eval<B>::apply(n.right(), on, x, tmp.data(), L);
     cuda_eval<A>::apply(n.left(), on, tmp.data(), y, L);

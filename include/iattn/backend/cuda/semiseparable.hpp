@@ -13,11 +13,22 @@
 #include "vector_scan.hpp"
 
 #include <string>
+#include <utility>
 
 namespace iattn::cuda_detail {
 
 /// The most states per channel the scan keeps in registers: 128 lanes x 4 states per lane.
 inline constexpr Index scan_max_state = Index(scan_threads) * 4;
+
+/// Diagonals folded into a scan: y = diag(out) S diag(in) x, each (rows, D) on the device, rows = L
+/// or 1; null for none.
+template <class T>
+struct scan_scales {
+  const T* in = nullptr;
+  Index in_rows = 0;
+  const T* out = nullptr;
+  Index out_rows = 0;
+};
 
 /// A Semiseparable's coefficients copied to the device, and the view the kernels read.
 template <class T>
@@ -41,44 +52,70 @@ struct cuda_eval<Semiseparable<T>> {
   static constexpr bool slices = true;
 
   static void apply(const Semiseparable<T>& n, const cuda& on, const T* x, T* y, Index L) {
-    const Index N = n.state(), D = n.channels(), chunks = (L + scan_chunk - 1) / scan_chunk;
+    apply_scaled(n, on, x, y, L, scan_scales<T>{});
+  }
+
+  /// y = diag(out) S diag(in) x, the diagonals folded into the scan's reads and writes (a
+  /// product's apply, product.hpp; null scales for none).
+  static void apply_scaled(const Semiseparable<T>& n, const cuda& on, const T* x, T* y, Index L,
+                           const scan_scales<T>& scales) {
+    const Index N = n.state(), D = n.channels();
     if (N > scan_max_state)
       detail::fail("apply(iattn::cuda, H, X)", "the Semiseparable has N = " + std::to_string(N) +
                                                   " states per channel; the CUDA scan holds at most " +
                                                   std::to_string(scan_max_state) + " (materialize has no limit)");
-    if (chunks == 0) return;
+    if (L == 0) return;
     const device_semiseparable<T> ds(n, on.stream);
-    unsigned lanes = 1;  // W: the power of two >= N, at most scan_threads
-    while (lanes < N && lanes < scan_threads) lanes *= 2;
-    const Index per_thread = (N + lanes - 1) / lanes;  // MS: 1, 2 or 4
+    const bool channel_layout = N <= channel_scan_states;  // one thread per channel, all states
+    const Index chunk = channel_layout ? channel_scan_chunk : scan_chunk, chunks = (L + chunk - 1) / chunk;
+    unsigned lanes = 1;  // W of the lane layout: the power of two >= N, at most scan_threads
+    while (!channel_layout && lanes < N && lanes < scan_threads) lanes *= 2;
     device_buffer<T> state(chunks * D * N, on.stream), decay(chunks * D * N, on.stream);  // (chunks, D, N)
-    const ss_scan_args<T> args{ds.view, x, scan_chunk, lanes};
+    const ss_scan_args<T> args{ds.view, x, chunk, lanes, scales.in, scales.in_rows, scales.out, scales.out_rows};
     const Index per_block = scan_threads / lanes;
     const simt::launch_config per_chunk{{unsigned(chunks), unsigned((D + per_block - 1) / per_block)}, {scan_threads}, 0};
-    auto run = [&](auto ms) {
-      constexpr int MS = decltype(ms)::value;
-      simt::launch("ss_chunk_states", &ss_chunk_states<T, MS>, per_chunk, on.stream, args, state.data(), decay.data());
-      simt::launch("chunk_carry", &chunk_carry<T>,
-                   {{simt::blocks_for(D * N, elementwise_threads)}, {elementwise_threads}, 0}, on.stream, state.data(),
-                   static_cast<const T*>(decay.data()), chunks, D * N);
-      simt::launch("ss_chunk_outputs", &ss_chunk_outputs<T, MS>, per_chunk, on.stream, args,
-                   static_cast<const T*>(state.data()), y);
+    const simt::launch_config carry{{simt::blocks_for(D * N, elementwise_threads)}, {elementwise_threads}, 0};
+    auto run = [&](auto states, auto outputs) {
+      simt::launch(states.first, states.second, per_chunk, on.stream, args, state.data(), decay.data());
+      simt::launch("chunk_carry", &chunk_carry<T>, carry, on.stream, state.data(), static_cast<const T*>(decay.data()),
+                   chunks, D * N);
+      simt::launch(outputs.first, outputs.second, per_chunk, on.stream, args, static_cast<const T*>(state.data()), y);
     };
-    if (per_thread == 1) run(std::integral_constant<int, 1>{});
-    else if (per_thread == 2) run(std::integral_constant<int, 2>{});
-    else run(std::integral_constant<int, 4>{});
+    auto lane_layout = [&](auto ms) {
+      constexpr int MS = decltype(ms)::value;
+      run(std::pair{"ss_chunk_states", &ss_chunk_states<T, MS>}, std::pair{"ss_chunk_outputs", &ss_chunk_outputs<T, MS>});
+    };
+    auto channel = [&](auto ns) {
+      constexpr int NS = decltype(ns)::value;
+      run(std::pair{"ss_channel_states", &ss_channel_states<T, NS>},
+          std::pair{"ss_channel_outputs", &ss_channel_outputs<T, NS>});
+    };
+    const Index per_thread = (N + lanes - 1) / lanes;  // MS of the lane layout: 1, 2 or 4
+    if (channel_layout && N <= 4) channel(std::integral_constant<int, 4>{});
+    else if (channel_layout) channel(std::integral_constant<int, int(channel_scan_states)>{});
+    else if (per_thread == 1) lane_layout(std::integral_constant<int, 1>{});
+    else if (per_thread == 2) lane_layout(std::integral_constant<int, 2>{});
+    else lane_layout(std::integral_constant<int, 4>{});
   }
 
   static void materialize(const Semiseparable<T>& n, const cuda& on, Index c, T* out, Index L) {
-    const Index tiles = (L + tile_dim - 1) / tile_dim;
+    const Index tiles = (L + tile_dim - 1) / tile_dim, N = n.state(), h = n.head_of(c);
     if (tiles == 0) return;
     const device_semiseparable<T> ds(n, on.stream);
-    device_buffer<T> total(tiles * n.state(), on.stream);  // (tiles, N)
-    simt::launch("ss_tile_totals", &ss_tile_totals<T>, {{simt::blocks_for(tiles * n.state(), 256)}, {256}, 0},
-                 on.stream, ds.view, n.head_of(c), total.data(), tiles);
+    // The factors (kernels/semiseparable_tiles.hpp): C~ and B~ (L, N), the tiles' totals (tiles, N)
+    // and every tile pair's mid (tiles, tiles, N): N / 1024 of the output's size or less for N <= 1024.
+    device_buffer<T> ct(L * N, on.stream), bt(L * N, on.stream), total(tiles * N, on.stream),
+        mid(tiles * tiles * N, on.stream);
+    const simt::launch_config per_token{{simt::blocks_for(L * N, 256)}, {256}, 0};
+    const simt::launch_config per_tile{{simt::blocks_for(tiles * N, 256)}, {256}, 0};
+    simt::launch("ss_tile_factors", &ss_tile_factors<T>, per_token, on.stream, ds.view, h, ct.data(), bt.data());
+    simt::launch("ss_tile_totals", &ss_tile_totals<T>, per_tile, on.stream, ds.view, h, total.data(), tiles);
+    simt::launch("ss_tile_mid", &ss_tile_mid<T>, per_tile, on.stream, ds.view, h,
+                 static_cast<const T*>(total.data()), tiles, mid.data());
     simt::launch("ss_materialize_tiles", &ss_materialize_tiles<T>,
                  {{unsigned(tiles), unsigned(tiles)}, {tile_dim, tile_rows}, 0}, on.stream, ds.view, c,
-                 static_cast<const T*>(total.data()), out);
+                 static_cast<const T*>(ct.data()), static_cast<const T*>(bt.data()),
+                 static_cast<const T*>(mid.data()), out);
   }
 
   static void vector(const Semiseparable<T>& n, const cuda& on, Index c, bool transposed, const T* x, T* y, Index L) {

@@ -28,7 +28,24 @@ struct ss_scan_args {
   ss_view<T> s;
   const T* x;          // (L, D)
   simt::index chunk;   // tokens per chunk
-  unsigned lanes;      // W: threads per channel, a power of two dividing scan_threads
+  unsigned lanes;      // W: threads per channel, a power of two dividing scan_threads (lane layout)
+  // Diagonals folded into the scan, y = diag(out_scale) S diag(in_scale) x (product.hpp): each
+  // (rows, D) with rows = L, or 1 for a diagonal constant over tokens; null for none.
+  const T* in_scale = nullptr;
+  simt::index in_rows = 0;
+  const T* out_scale = nullptr;
+  simt::index out_rows = 0;
+
+  /// The scan's input at (t, c): x[t, c], times in_scale[t, c] when folded.
+  IATTN_HOST_DEVICE T input(simt::index t, simt::index c) const {
+    const simt::index D = s.channels();
+    const T v = x[t * D + c];
+    return in_scale ? v * in_scale[(in_rows == 1 ? 0 : t) * D + c] : v;
+  }
+  /// An output at (t, c), times out_scale[t, c] when folded.
+  IATTN_HOST_DEVICE T output(T v, simt::index t, simt::index c) const {
+    return out_scale ? v * out_scale[(out_rows == 1 ? 0 : t) * s.channels() + c] : v;
+  }
 };
 
 /// Where a thread of the scan kernels works: channel c (valid when c < D), its lane in the
@@ -65,7 +82,7 @@ IATTN_KERNEL IATTN_BOUNDS(scan_threads, 4) void ss_chunk_states(ss_scan_args<T> 
   IATTN_UNROLL
   for (int k = 0; k < MS; ++k) st[k] = sum[k] = T(0);
   for (simt::index t = p.t0; t < p.t1; ++t) {
-    const T xt = a.x[t * D + p.c];
+    const T xt = a.input(t, p.c);
     IATTN_UNROLL
     for (int k = 0; k < MS; ++k) {
       const simt::index m = p.lane + simt::index(k) * a.lanes;
@@ -106,7 +123,7 @@ IATTN_KERNEL IATTN_BOUNDS(scan_threads, 4) void ss_chunk_outputs(ss_scan_args<T>
     for (simt::index t = ts; t < te; ++t) {
       T acc = T(0);
       if (p.valid) {
-        const T xt = a.x[t * D + p.c];
+        const T xt = a.input(t, p.c);
         IATTN_UNROLL
         for (int k = 0; k < MS; ++k) {
           const simt::index m = p.lane + simt::index(k) * W;
@@ -129,11 +146,145 @@ IATTN_KERNEL IATTN_BOUNDS(scan_threads, 4) void ss_chunk_outputs(ss_scan_args<T>
       if (c < D) {
         T sum = T(0);
         for (unsigned l = 0; l < W; ++l) sum += part[i][cc * W + l];
-        y[(ts + i) * D + c] = sum;
+        y[(ts + i) * D + c] = a.output(sum, ts + i, c);
       }
     }
     simt::sync_threads();
   }
+}
+
+// The channel layout, for N <= channel_scan_states (Mamba-1: N = 16): one thread per (chunk,
+// channel) holding all of its NS >= N states in registers, scan_threads consecutive channels per
+// block; grid (chunks, channel blocks). x, y and a per-channel decay are read coalesced, B_t and
+// C_t are the same for every channel of a group (broadcast loads), and the outputs C_t . s_t are
+// summed in the thread: no shared memory, no barrier. The decay's form is a template parameter:
+// the factored decay keeps A's row in registers and multiplies it by dt_t (the chunk's log-decay
+// sum is A times the sum of dt); a per-head decay takes one exp per token for all states. The
+// chunk states have the lane layout's layout (chunks, D, N): chunk_carry is shared.
+inline constexpr simt::index channel_scan_states = 16;  ///< the most states the channel layout holds
+inline constexpr simt::index channel_scan_chunk = 32;   ///< its tokens per chunk
+
+/// Minimum resident blocks per SM of the channel layout's kernels: 16 double states, their rates and
+/// sums need more than 128 registers.
+template <class T>
+inline constexpr int channel_scan_min_blocks = sizeof(T) > 4 ? 2 : 4;
+
+enum class ss_decay_form { factored, per_head, per_state };
+
+/// One token's decay of state k, per form: log-decay and its exp.
+template <class T, ss_decay_form F, int NS>
+struct ss_token_decay {
+  T l[NS], e[NS];
+  IATTN_DEVICE void load(const ss_view<T>& s, simt::index t, simt::index h, const T (&rate)[NS]) {
+    if constexpr (F == ss_decay_form::factored) {
+      const T dt = s.lambda[t * s.H + h];
+      IATTN_UNROLL
+      for (int k = 0; k < NS; ++k) l[k] = dt * rate[k];
+      IATTN_UNROLL
+      for (int k = 0; k < NS; ++k) e[k] = k < s.N ? simt::exp(l[k]) : T(0);
+    } else if constexpr (F == ss_decay_form::per_head) {
+      const T lt = s.lambda[t * s.H + h], et = simt::exp(lt);
+      IATTN_UNROLL
+      for (int k = 0; k < NS; ++k) {
+        l[k] = lt;
+        e[k] = et;
+      }
+    } else {
+      const T* row = s.lambda + (t * s.H + h) * s.N;
+      IATTN_UNROLL
+      for (int k = 0; k < NS; ++k) {
+        l[k] = k < s.N ? row[k] : T(0);
+        e[k] = k < s.N ? simt::exp(l[k]) : T(0);
+      }
+    }
+  }
+};
+
+template <class T, ss_decay_form F, int NS>
+IATTN_DEVICE void ss_channel_states_run(const ss_scan_args<T>& a, simt::index c, T* end, T* decay) {
+  const ss_view<T>& s = a.s;
+  const simt::index D = s.channels(), N = s.N, h = s.head(c), g = s.group(h), j = simt::block_idx().x;
+  const simt::index t0 = j * a.chunk, t1 = simt::min_of(s.L, t0 + a.chunk);
+  T st[NS], sum[NS], rate[NS];
+  T dt_sum = T(0);  // the factored form's chunk sum: sum of dt (times A at the end)
+  IATTN_UNROLL
+  for (int k = 0; k < NS; ++k) {
+    st[k] = sum[k] = T(0);
+    rate[k] = F == ss_decay_form::factored && k < N ? s.A[h * N + k] : T(0);
+  }
+  for (simt::index t = t0; t < t1; ++t) {
+    const T xt = a.input(t, c);
+    const T* Bt = s.B + (t * s.G + g) * N;
+    ss_token_decay<T, F, NS> d;
+    d.load(s, t, h, rate);
+    if constexpr (F == ss_decay_form::factored) dt_sum += s.lambda[t * s.H + h];
+    IATTN_UNROLL
+    for (int k = 0; k < NS; ++k) {
+      if (k < N) {
+        st[k] = d.e[k] * st[k] + Bt[k] * xt;
+        if constexpr (F != ss_decay_form::factored) sum[k] += d.l[k];
+      }
+    }
+  }
+  IATTN_UNROLL
+  for (int k = 0; k < NS; ++k) {
+    if (k < N) {
+      end[(j * D + c) * N + k] = st[k];
+      decay[(j * D + c) * N + k] = simt::exp(F == ss_decay_form::factored ? dt_sum * rate[k] : sum[k]);
+    }
+  }
+}
+
+template <class T, ss_decay_form F, int NS>
+IATTN_DEVICE void ss_channel_outputs_run(const ss_scan_args<T>& a, simt::index c, const T* start, T* y) {
+  const ss_view<T>& s = a.s;
+  const simt::index D = s.channels(), N = s.N, h = s.head(c), g = s.group(h), j = simt::block_idx().x;
+  const simt::index t0 = j * a.chunk, t1 = simt::min_of(s.L, t0 + a.chunk);
+  T st[NS], rate[NS], bonus[NS];
+  IATTN_UNROLL
+  for (int k = 0; k < NS; ++k) {
+    st[k] = k < N ? start[(j * D + c) * N + k] : T(0);
+    rate[k] = F == ss_decay_form::factored && k < N ? s.A[h * N + k] : T(0);
+    bonus[k] = k < N ? s.bonus_of(h, k) : T(0);
+  }
+  for (simt::index t = t0; t < t1; ++t) {
+    const T xt = a.input(t, c);
+    const T* Bt = s.B + (t * s.G + g) * N;
+    const T* Ct = s.C + (t * s.G + g) * N;
+    ss_token_decay<T, F, NS> d;
+    d.load(s, t, h, rate);
+    T acc = T(0);
+    IATTN_UNROLL
+    for (int k = 0; k < NS; ++k) {
+      if (k < N) {
+        const T bx = Bt[k] * xt;
+        if (s.strict) acc += Ct[k] * (st[k] + bonus[k] * bx);  // the state before token t
+        st[k] = d.e[k] * st[k] + bx;
+        if (!s.strict) acc += Ct[k] * st[k];
+      }
+    }
+    y[t * D + c] = a.output(acc, t, c);
+  }
+}
+
+/// e_j and g_j of each (chunk, channel), as ss_chunk_states in the lane layout.
+template <class T, int NS>
+IATTN_KERNEL IATTN_BOUNDS(scan_threads, channel_scan_min_blocks<T>) void ss_channel_states(ss_scan_args<T> a, T* end, T* decay) {
+  const simt::index c = simt::index(simt::block_idx().y) * scan_threads + simt::thread_idx().x;
+  if (c >= a.s.channels()) return;  // no barrier in this kernel
+  if (a.s.A) ss_channel_states_run<T, ss_decay_form::factored, NS>(a, c, end, decay);
+  else if (a.s.per_state) ss_channel_states_run<T, ss_decay_form::per_state, NS>(a, c, end, decay);
+  else ss_channel_states_run<T, ss_decay_form::per_head, NS>(a, c, end, decay);
+}
+
+/// Each chunk's outputs from s_j, as ss_chunk_outputs in the lane layout.
+template <class T, int NS>
+IATTN_KERNEL IATTN_BOUNDS(scan_threads, channel_scan_min_blocks<T>) void ss_channel_outputs(ss_scan_args<T> a, const T* start, T* y) {
+  const simt::index c = simt::index(simt::block_idx().y) * scan_threads + simt::thread_idx().x;
+  if (c >= a.s.channels()) return;
+  if (a.s.A) ss_channel_outputs_run<T, ss_decay_form::factored, NS>(a, c, start, y);
+  else if (a.s.per_state) ss_channel_outputs_run<T, ss_decay_form::per_state, NS>(a, c, start, y);
+  else ss_channel_outputs_run<T, ss_decay_form::per_head, NS>(a, c, start, y);
 }
 
 }  // namespace iattn::cuda_detail

@@ -1,15 +1,19 @@
 // iattn/backend/cuda/kernels/semiseparable_tiles.hpp: materialize(S, c), channel c's (L, L) matrix,
 // one 32 x 32 tile per block (threads (32, 8), four rows each), in the stable block form of
-// docs/design.md section 5. With sigma = 1 in the strict form and 0 otherwise, E(a..b) the
-// exp of the sum of lambda over tokens a..b (1 when empty), a row tile I = [i0, i0 + 32) and a
+// docs/design.md section 5, factored. With sigma = 1 in the strict form and 0 otherwise, E(a..b)
+// the exp of the sum of lambda over tokens a..b (1 when empty), a row tile I = [i0, i0 + 32) and a
 // column tile J = [j0, j1) strictly left of it:
-//   H[t, s] = sum_m C~_t[m] mid[m] B~_s[m],  C~_t = C_t E(i0+1-sigma..t-sigma),
-//             B~_s = B_s E(s+1..j1-1),       mid = E(j1..i0-sigma)
-// mid sums the whole tiles between J and I from their totals (ss_tile_totals: each a sum from a
-// tile's edge) and, inclusive, lambda_{i0}. Every sum runs over a range, none is a difference, so
-// every exp argument is <= 0 for lambda <= 0 and lambda = -inf gives exact zeros. A diagonal tile
-// sums each entry's range (s+1..t-sigma, at most 31 tokens) directly; tiles right of the diagonal
-// are zero. The states go through shared memory 32 at a time.
+//   H[t, s] = sum_m C~_t[m] mid_IJ[m] B~_s[m],  C~_t = C_t E(i0+1-sigma..t-sigma),
+//             B~_s = B_s E(s+1..j1-1),          mid_IJ = E(j1..i0-sigma)
+// Three kernels: ss_tile_factors writes C~ and B~ for every token, (L, N) each (each a sum from the
+// token's tile edge, at most 31 terms); ss_tile_totals each tile's lambda sum; ss_tile_mid every
+// mid_IJ, walking I away from J and adding whole tiles' totals (and, inclusive, lambda_{i0}). The
+// tile kernel then reads 32 rows of C~ (times mid_IJ) and 32 of B~ and is a rank-N product: one
+// exp per (token, state) and per (tile pair, state), none per entry, so its cost is the writes.
+// Every sum runs over a range, none is a difference, so every exp argument is <= 0 for
+// lambda <= 0 and lambda = -inf gives exact zeros. A diagonal tile sums each entry's range
+// (s+1..t-sigma, at most 31 tokens) directly; tiles right of the diagonal are zero. The states go
+// through shared memory 32 at a time, so N is unbounded.
 #pragma once
 
 #include "semiseparable_view.hpp"
@@ -32,17 +36,52 @@ IATTN_KERNEL IATTN_BOUNDS(256, 4) void ss_tile_totals(ss_view<T> s, simt::index 
   });
 }
 
+/// ct[t, m] = C~_t[m], bt[t, m] = B~_t[m] of head h (its group's B and C): (L, N) each, t's tile
+/// the row tile for C~ and the column tile for B~.
+template <class T>
+IATTN_KERNEL IATTN_BOUNDS(256, 4) void ss_tile_factors(ss_view<T> s, simt::index h, T* ct, T* bt) {
+  const simt::index g = s.group(h), sigma = s.strict ? 1 : 0;
+  simt::grid_stride(s.L * s.N, [&](simt::index i) {
+    const simt::index t = i / s.N, m = i - t * s.N;
+    const simt::index t0 = t / tile_dim * tile_dim, t1 = simt::min_of(s.L, t0 + simt::index(tile_dim));
+    T sum = T(0);
+    for (simt::index k = t0 + 1 - sigma; k <= t - sigma; ++k) sum += s.log_decay(k, h, m);
+    ct[i] = s.c(t, g, m) * simt::exp(sum);
+    sum = T(0);
+    for (simt::index k = t + 1; k < t1; ++k) sum += s.log_decay(k, h, m);
+    bt[i] = s.b(t, g, m) * simt::exp(sum);
+  });
+}
+
+/// mid[(I tiles + J) N + m] = E(j1..i0-sigma) for every tile pair J < I of head h: one thread per
+/// (J, m) walks I = J+1, J+2, ... adding each passed tile's total (a sum from J's edge).
+template <class T>
+IATTN_KERNEL IATTN_BOUNDS(256, 4) void ss_tile_mid(ss_view<T> s, simt::index h, const T* total, simt::index tiles,
+                                                   T* mid) {
+  simt::grid_stride(tiles * s.N, [&](simt::index i) {
+    const simt::index J = i / s.N, m = i - J * s.N, N = s.N;
+    T run = T(0);  // lambda over the whole tiles J+1 .. I-1
+    for (simt::index I = J + 1; I < tiles; ++I) {
+      const T edge = s.strict ? T(0) : s.log_decay(I * simt::index(tile_dim), h, m);
+      mid[(I * tiles + J) * N + m] = simt::exp(run + edge);
+      run += total[I * N + m];
+    }
+  });
+}
+
 template <class T>
 IATTN_KERNEL IATTN_BOUNDS(tile_threads, 4) void ss_materialize_tiles(ss_view<T> s, simt::index c,
-                                                                    const T* total,  // (tiles, N)
-                                                                    T* out) {        // (L, L)
-  IATTN_SHARED(T, cs, [tile_dim][tile_dim + 1]);  // C~ (off the diagonal) or C: [row][state]
+                                                                    const T* ct,   // (L, N): C~
+                                                                    const T* bt,   // (L, N): B~
+                                                                    const T* mid,  // (tiles, tiles, N)
+                                                                    T* out) {      // (L, L)
+  IATTN_SHARED(T, cs, [tile_dim][tile_dim + 1]);  // C~ mid (off the diagonal) or C: [row][state]
   IATTN_SHARED(T, bs, [tile_dim][tile_dim + 1]);  // B~ or B: [column][state]
   IATTN_SHARED(T, ls, [tile_dim][tile_dim + 1]);  // diagonal tiles: lambda [token][state]
-  IATTN_SHARED(T, mid, [tile_dim]);
   const unsigned tx = simt::thread_idx().x, ty = simt::thread_idx().y, tid = ty * tile_dim + tx;
   const simt::index L = s.L, N = s.N, I = simt::block_idx().y, J = simt::block_idx().x;
-  const simt::index i0 = I * tile_dim, j0 = J * tile_dim, j1 = j0 + tile_dim;
+  const simt::index tiles = simt::grid_dim().x;
+  const simt::index i0 = I * tile_dim, j0 = J * tile_dim;
   const simt::index h = s.head(c), g = s.group(h), sigma = s.strict ? 1 : 0;
   if (J > I) {  // above the diagonal: zero (the whole block returns, no barrier skipped)
     for (unsigned r = ty; r < tile_dim; r += tile_rows)
@@ -64,29 +103,13 @@ IATTN_KERNEL IATTN_BOUNDS(tile_threads, 4) void ss_materialize_tiles(ss_view<T> 
           bv = s.b(t, g, m);
           lv = s.log_decay(t, h, m);
         }
-      } else if (m < N) {
-        if (t < L) {
-          T sum = T(0);
-          for (simt::index k = i0 + 1 - sigma; k <= t - sigma; ++k) sum += s.log_decay(k, h, m);
-          cv = s.c(t, g, m) * simt::exp(sum);
-        }
-        T sum = T(0);  // J is a whole tile left of I: sc < L
-        for (simt::index k = sc + 1; k < j1; ++k) sum += s.log_decay(k, h, m);
-        bv = s.b(sc, g, m) * simt::exp(sum);
+      } else if (m < N) {  // J is a whole tile left of I: sc < L
+        if (t < L) cv = ct[t * N + m] * mid[(I * tiles + J) * N + m];
+        bv = bt[sc * N + m];
       }
       cs[r][mm] = cv;
       bs[r][mm] = bv;
       ls[r][mm] = lv;
-    }
-    if (!diagonal && ty == 0) {
-      const simt::index m = m0 + tx;
-      T v = T(0);
-      if (m < N) {
-        T sum = sigma ? T(0) : s.log_decay(i0, h, m);
-        for (simt::index k = J + 1; k < I; ++k) sum += total[k * N + m];
-        v = simt::exp(sum);
-      }
-      mid[tx] = v;
     }
     simt::sync_threads();
     const simt::index nm = simt::min_of(N - m0, simt::index(tile_dim));
@@ -95,7 +118,7 @@ IATTN_KERNEL IATTN_BOUNDS(tile_threads, 4) void ss_materialize_tiles(ss_view<T> 
       const unsigned r = ty + q * tile_rows;
       const simt::index t = i0 + r, sc = j0 + tx;
       if (!diagonal) {
-        for (simt::index mm = 0; mm < nm; ++mm) acc[q] += cs[r][mm] * mid[mm] * bs[tx][mm];
+        for (simt::index mm = 0; mm < nm; ++mm) acc[q] += cs[r][mm] * bs[tx][mm];
       } else if (t < L && sc <= t) {
         for (simt::index mm = 0; mm < nm; ++mm) {
           T w;
