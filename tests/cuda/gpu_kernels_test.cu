@@ -41,6 +41,19 @@ int main() {
   try {
     cuda_test::all_cases<float>(iattn::cuda{stream}, print_check{&failures, &checks}, cuda_test::gpu);
     cuda_test::all_cases<double>(iattn::cuda{stream}, print_check{&failures, &checks}, cuda_test::gpu);
+    // iattn's pool (memory.hpp) keeps freed memory across a synchronisation, and gives it back
+    // when asked: 16 MiB allocated and freed stay reserved after the stream is synchronised;
+    // release_device_memory() leaves none (nothing is in use).
+    {
+      iattn::cuda_detail::device_buffer<float> b(iattn::Index(4) << 20, iattn::simt::stream{stream});
+    }
+    iattn::simt::check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+    const auto kept = iattn::cuda_pool_reserved_bytes();
+    print_check{&failures, &checks}("pool: 16 MiB kept after a synchronisation", kept >= (std::uint64_t(16) << 20) ? 0 : 1, 0);
+    iattn::release_device_memory();
+    const auto left = iattn::cuda_pool_reserved_bytes();
+    print_check{&failures, &checks}("pool: nothing kept after release_device_memory (" + std::to_string(left) + " bytes)",
+                                    double(left), 0);
   } catch (const std::exception& ex) {
     std::printf("FAIL: %s\n", ex.what());
     ++failures;

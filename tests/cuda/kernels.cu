@@ -20,10 +20,18 @@ namespace iattn::cuda_detail {
   template __global__ void ss_chunk_outputs<T, 1>(ss_scan_args<T>, const T*, T*);                                    \
   template __global__ void ss_chunk_outputs<T, 2>(ss_scan_args<T>, const T*, T*);                                    \
   template __global__ void ss_chunk_outputs<T, 4>(ss_scan_args<T>, const T*, T*);                                    \
-  template __global__ void ss_channel_states<T, 4>(ss_scan_args<T>, T*, T*);                                        \
-  template __global__ void ss_channel_states<T, 16>(ss_scan_args<T>, T*, T*);                                       \
-  template __global__ void ss_channel_outputs<T, 4>(ss_scan_args<T>, const T*, T*);                                 \
-  template __global__ void ss_channel_outputs<T, 16>(ss_scan_args<T>, const T*, T*);                                \
+  template __global__ void ss_channel_states<T, 4, ss_decay_form::factored>(ss_scan_args<T>, T*, T*);                \
+  template __global__ void ss_channel_outputs<T, 4, ss_decay_form::factored>(ss_scan_args<T>, const T*, T*);         \
+  template __global__ void ss_channel_states<T, 4, ss_decay_form::per_head>(ss_scan_args<T>, T*, T*);                \
+  template __global__ void ss_channel_outputs<T, 4, ss_decay_form::per_head>(ss_scan_args<T>, const T*, T*);         \
+  template __global__ void ss_channel_states<T, 4, ss_decay_form::per_state>(ss_scan_args<T>, T*, T*);               \
+  template __global__ void ss_channel_outputs<T, 4, ss_decay_form::per_state>(ss_scan_args<T>, const T*, T*);        \
+  template __global__ void ss_channel_states<T, 16, ss_decay_form::factored>(ss_scan_args<T>, T*, T*);               \
+  template __global__ void ss_channel_outputs<T, 16, ss_decay_form::factored>(ss_scan_args<T>, const T*, T*);        \
+  template __global__ void ss_channel_states<T, 16, ss_decay_form::per_head>(ss_scan_args<T>, T*, T*);               \
+  template __global__ void ss_channel_outputs<T, 16, ss_decay_form::per_head>(ss_scan_args<T>, const T*, T*);        \
+  template __global__ void ss_channel_states<T, 16, ss_decay_form::per_state>(ss_scan_args<T>, T*, T*);              \
+  template __global__ void ss_channel_outputs<T, 16, ss_decay_form::per_state>(ss_scan_args<T>, const T*, T*);       \
   template __global__ void ss_tile_totals<T>(ss_view<T>, simt::index, T*, simt::index);                              \
   template __global__ void ss_tile_factors<T>(ss_view<T>, simt::index, T*, T*);                                     \
   template __global__ void ss_tile_mid<T>(ss_view<T>, simt::index, const T*, simt::index, T*);                      \

@@ -31,10 +31,10 @@ FLOORS = {
     "lr_chunk_outputs": (128, 8),
     "ss_chunk_states": (128, 4),       # up to 4 states per thread in registers (double):
     "ss_chunk_outputs": (128, 4),      #   512 threads/SM, <= 128 registers
-    # one channel per thread, up to 16 states in registers: float 512 threads/SM (<= 128
-    # registers), double 256 (<= 255)
-    "ss_channel_states": {"float": (128, 4), "double": (128, 2)},
-    "ss_channel_outputs": {"float": (128, 4), "double": (128, 2)},
+    # one channel per thread, 16 states and a batch of tokens' loads in registers: float 384
+    # threads/SM (<= 168 registers), double 256 (<= 255)
+    "ss_channel_states": {"float": (128, 3), "double": (128, 2)},
+    "ss_channel_outputs": {"float": (128, 3), "double": (128, 2)},
     "ss_tile_totals": (256, 4),
     "ss_tile_factors": (256, 4),       # C~ and B~ per (token, state)
     "ss_tile_mid": (256, 4),           # mid per (tile pair, state)
@@ -196,9 +196,9 @@ def self_test():
         assert kernel_of("_ZN5iattn11cuda_detail15ss_chunk_statesIfLi1EEEv") == "ss_chunk_states"
         assert kernel_of("_ZN5iattn11cuda_detail15lr_chunk_statesIfEEv") == "lr_chunk_states"
         assert kernel_of("_ZN5iattn11cuda_detail11chunk_carryIfEEv") == "chunk_carry"
-        FLOORS = {"ss_channel_states": {"float": (128, 4), "double": (128, 2)}}
+        FLOORS = {"ss_channel_states": {"float": (128, 3), "double": (128, 2)}}
         assert floor_of("ss_channel_states", "_ZN5iattn11cuda_detail17ss_channel_statesIdLi16EEEv") == (128, 2)
-        assert floor_of("ss_channel_states", "_ZN5iattn11cuda_detail17ss_channel_statesIfLi16EEEv") == (128, 4)
+        assert floor_of("ss_channel_states", "_ZN5iattn11cuda_detail17ss_channel_statesIfLi16EEEv") == (128, 3)
     finally:
         FLOORS = saved
     print("ptxas_check self-test: ok")

@@ -1,7 +1,11 @@
 // iattn/backend/cuda/memory.hpp: device memory.
 //
-//   cuda_detail::device_buffer<T>   n values, owning, stream-ordered (cudaMallocAsync/cudaFreeAsync),
-//                                   or a view of an upload_scope's copy (borrow)
+//   cuda_detail::device_buffer<T>   n values, owning, stream-ordered (cudaMallocFromPoolAsync from
+//                                   iattn's pool, cudaFreeAsync), or a view of an upload_scope's copy
+//   cuda_detail::memory_pool()      iattn's pool on the current device: freed memory stays reserved
+//                                   in it (release threshold: unbounded), as PyTorch's caching
+//                                   allocator keeps it; release_device_memory() returns it
+//   cuda_pool_reserved_bytes()      what the pool holds on the current device (0 when emulated)
 //   cuda_detail::upload_scope       one call's coefficient copies, each uploaded once (the channel
 //                                   means and materialize_all evaluate every channel in one scope)
 //   device_matrix<T>                (rows, cols) row-major on the device, owning, move-only
@@ -17,6 +21,8 @@
 #include "tag.hpp"
 
 #include <atomic>
+#include <cstdint>
+#include <map>
 #include <cstddef>
 #include <cstring>
 #include <memory>
@@ -36,7 +42,59 @@ inline std::atomic<long long>& host_to_device_copies() {
   return n;
 }
 
-/// n values of T in device memory, allocated and freed in order on a stream.
+#if defined(__CUDACC__)
+/// iattn's stream-ordered memory pool on the current device, created on first use. The device's
+/// default pool returns freed memory to the system at every synchronisation (its release threshold
+/// is 0), so a call after a synchronisation maps its temporaries and results again: on an H200 that
+/// cost more than the kernels (performance.md). This pool keeps what is freed (threshold unbounded)
+/// for the next allocation; release_device_memory() trims it. Shared by every stream and thread.
+inline cudaMemPool_t memory_pool() {
+  static std::mutex m;
+  static std::map<int, cudaMemPool_t> pools;
+  int device = 0;
+  simt::check(cudaGetDevice(&device), "memory_pool: cudaGetDevice");
+  const std::lock_guard<std::mutex> lock(m);
+  if (auto it = pools.find(device); it != pools.end()) return it->second;
+  cudaMemPoolProps props{};
+  props.allocType = cudaMemAllocationTypePinned;
+  props.location.type = cudaMemLocationTypeDevice;
+  props.location.id = device;
+  cudaMemPool_t pool = nullptr;
+  simt::check(cudaMemPoolCreate(&pool, &props), "memory_pool: cudaMemPoolCreate");
+  std::uint64_t keep = UINT64_MAX;
+  simt::check(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep),
+              "memory_pool: cudaMemPoolSetAttribute");
+  pools.emplace(device, pool);
+  return pool;
+}
+#endif
+
+}  // namespace cuda_detail
+
+/// Returns the device memory iattn's pool keeps for reuse on the current device (memory of live
+/// device matrices and buffers stays): what a process that is done with iattn's GPU calls, or
+/// needs the memory elsewhere, calls. Waits for nothing; a no-op in the emulated build.
+inline void release_device_memory() {
+#if defined(__CUDACC__)
+  simt::check(cudaMemPoolTrimTo(cuda_detail::memory_pool(), 0), "release_device_memory: cudaMemPoolTrimTo");
+#endif
+}
+
+/// The bytes iattn's pool holds on the current device (in use and kept for reuse); 0 when emulated.
+inline std::uint64_t cuda_pool_reserved_bytes() {
+#if defined(__CUDACC__)
+  std::uint64_t n = 0;
+  simt::check(cudaMemPoolGetAttribute(cuda_detail::memory_pool(), cudaMemPoolAttrReservedMemCurrent, &n),
+              "cuda_pool_reserved_bytes: cudaMemPoolGetAttribute");
+  return n;
+#else
+  return 0;
+#endif
+}
+
+namespace cuda_detail {
+
+/// n values of T in device memory, allocated and freed in order on a stream (iattn's pool).
 template <class T>
 class device_buffer {
   static_assert(std::is_trivially_copyable_v<T>, "device_buffer holds trivially copyable values");
@@ -47,7 +105,7 @@ class device_buffer {
     if (n_ <= 0) return;
 #if defined(__CUDACC__)
     void* p = nullptr;
-    simt::check(cudaMallocAsync(&p, bytes(), stream_), "device_buffer: cudaMallocAsync");
+    simt::check(cudaMallocFromPoolAsync(&p, bytes(), memory_pool(), stream_), "device_buffer: cudaMallocFromPoolAsync");
     data_ = static_cast<T*>(p);
 #else
     data_ = static_cast<T*>(::operator new(bytes()));

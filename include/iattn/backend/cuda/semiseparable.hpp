@@ -12,6 +12,7 @@
 #include "kernels/semiseparable_tiles.hpp"
 #include "vector_scan.hpp"
 
+#include <cstdint>
 #include <string>
 #include <utility>
 
@@ -71,7 +72,10 @@ struct cuda_eval<Semiseparable<T>> {
     unsigned lanes = 1;  // W of the lane layout: the power of two >= N, at most scan_threads
     while (!channel_layout && lanes < N && lanes < scan_threads) lanes *= 2;
     device_buffer<T> state(chunks * D * N, on.stream), decay(chunks * D * N, on.stream);  // (chunks, D, N)
-    const ss_scan_args<T> args{ds.view, x, chunk, lanes, scales.in, scales.in_rows, scales.out, scales.out_rows};
+    auto aligned = [](const T* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; };
+    const bool vec4 = N % 4 == 0 && aligned(ds.view.B) && aligned(ds.view.C) && aligned(ds.view.lambda);
+    const ss_scan_args<T> args{ds.view, x,          chunk,           lanes, scales.in, scales.in_rows,
+                               scales.out, scales.out_rows, vec4};
     const Index per_block = scan_threads / lanes;
     const simt::launch_config per_chunk{{unsigned(chunks), unsigned((D + per_block - 1) / per_block)}, {scan_threads}, 0};
     const simt::launch_config carry{{simt::blocks_for(D * N, elementwise_threads)}, {elementwise_threads}, 0};
@@ -85,10 +89,18 @@ struct cuda_eval<Semiseparable<T>> {
       constexpr int MS = decltype(ms)::value;
       run(std::pair{"ss_chunk_states", &ss_chunk_states<T, MS>}, std::pair{"ss_chunk_outputs", &ss_chunk_outputs<T, MS>});
     };
-    auto channel = [&](auto ns) {
+    auto channel = [&](auto ns) {  // one kernel pair per decay form
       constexpr int NS = decltype(ns)::value;
-      run(std::pair{"ss_channel_states", &ss_channel_states<T, NS>},
-          std::pair{"ss_channel_outputs", &ss_channel_outputs<T, NS>});
+      using F = ss_decay_form;
+      if (n.factored())
+        run(std::pair{"ss_channel_states", &ss_channel_states<T, NS, F::factored>},
+            std::pair{"ss_channel_outputs", &ss_channel_outputs<T, NS, F::factored>});
+      else if (ds.view.per_state)
+        run(std::pair{"ss_channel_states", &ss_channel_states<T, NS, F::per_state>},
+            std::pair{"ss_channel_outputs", &ss_channel_outputs<T, NS, F::per_state>});
+      else
+        run(std::pair{"ss_channel_states", &ss_channel_states<T, NS, F::per_head>},
+            std::pair{"ss_channel_outputs", &ss_channel_outputs<T, NS, F::per_head>});
     };
     const Index per_thread = (N + lanes - 1) / lanes;  // MS of the lane layout: 1, 2 or 4
     if (channel_layout && N <= 4) channel(std::integral_constant<int, 4>{});

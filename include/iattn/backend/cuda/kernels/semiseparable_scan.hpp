@@ -19,6 +19,8 @@
 #include "chunked_scan.hpp"
 #include "semiseparable_view.hpp"
 
+#include <type_traits>
+
 namespace iattn::cuda_detail {
 
 inline constexpr unsigned scan_slice = 32;  ///< tokens whose outputs are reduced together
@@ -35,6 +37,7 @@ struct ss_scan_args {
   simt::index in_rows = 0;
   const T* out_scale = nullptr;
   simt::index out_rows = 0;
+  bool vec4 = false;  // B, C (and a per-state lambda) rows are 16-byte aligned: float4 reads (channel layout)
 
   /// The scan's input at (t, c): x[t, c], times in_scale[t, c] when folded.
   IATTN_HOST_DEVICE T input(simt::index t, simt::index c) const {
@@ -155,136 +158,169 @@ IATTN_KERNEL IATTN_BOUNDS(scan_threads, 4) void ss_chunk_outputs(ss_scan_args<T>
 
 // The channel layout, for N <= channel_scan_states (Mamba-1: N = 16): one thread per (chunk,
 // channel) holding all of its NS >= N states in registers, scan_threads consecutive channels per
-// block; grid (chunks, channel blocks). x, y and a per-channel decay are read coalesced, B_t and
-// C_t are the same for every channel of a group (broadcast loads), and the outputs C_t . s_t are
-// summed in the thread: no shared memory, no barrier. The decay's form is a template parameter:
-// the factored decay keeps A's row in registers and multiplies it by dt_t (the chunk's log-decay
-// sum is A times the sum of dt); a per-head decay takes one exp per token for all states. The
-// chunk states have the lane layout's layout (chunks, D, N): chunk_carry is shared.
+// block; grid (chunks, channel blocks). The outputs C_t . s_t are summed in the thread: no shared
+// memory, no barrier. A thread's reads of x and of a per-channel decay scalar (dt, or a per-head
+// lambda) are coalesced across the block and issued channel_scan_batch tokens at a time (their
+// latency overlaps instead of stalling every token: 3x on an H200, performance.md); B_t, C_t (the
+// same for every channel of a group) and a per-state lambda row are read as float4 where aligned.
+// The decay's form is a template parameter: the factored decay keeps A's row in registers and
+// multiplies it by dt_t (the chunk's log-decay sum is A times the sum of dt); a per-head decay
+// takes one exp per token for all states. The chunk states have the lane layout's layout
+// (chunks, D, N): chunk_carry is shared.
 inline constexpr simt::index channel_scan_states = 16;  ///< the most states the channel layout holds
-inline constexpr simt::index channel_scan_chunk = 32;   ///< its tokens per chunk
+inline constexpr simt::index channel_scan_chunk = 64;   ///< its tokens per chunk
 
-/// Minimum resident blocks per SM of the channel layout's kernels: 16 double states, their rates and
-/// sums need more than 128 registers.
+/// Tokens whose x and decay scalar a thread of the channel layout loads together, and the layout's
+/// minimum resident blocks per SM: 16 states, their rates, B_t, C_t and a batch of 8 floats take
+/// up to 168 registers (3 blocks of 128 threads per SM); double loads 4 at a time (2 blocks).
 template <class T>
-inline constexpr int channel_scan_min_blocks = sizeof(T) > 4 ? 2 : 4;
+inline constexpr int channel_scan_batch = sizeof(T) > 4 ? 4 : 8;
+template <class T>
+inline constexpr int channel_scan_min_blocks = sizeof(T) > 4 ? 2 : 3;
 
 enum class ss_decay_form { factored, per_head, per_state };
 
-/// One token's decay of state k, per form: log-decay and its exp.
-template <class T, ss_decay_form F, int NS>
-struct ss_token_decay {
-  T l[NS], e[NS];
-  IATTN_DEVICE void load(const ss_view<T>& s, simt::index t, simt::index h, const T (&rate)[NS]) {
-    if constexpr (F == ss_decay_form::factored) {
-      const T dt = s.lambda[t * s.H + h];
-      IATTN_UNROLL
-      for (int k = 0; k < NS; ++k) l[k] = dt * rate[k];
-      IATTN_UNROLL
-      for (int k = 0; k < NS; ++k) e[k] = k < s.N ? simt::exp(l[k]) : T(0);
-    } else if constexpr (F == ss_decay_form::per_head) {
-      const T lt = s.lambda[t * s.H + h], et = simt::exp(lt);
-      IATTN_UNROLL
-      for (int k = 0; k < NS; ++k) {
-        l[k] = lt;
-        e[k] = et;
-      }
-    } else {
-      const T* row = s.lambda + (t * s.H + h) * s.N;
-      IATTN_UNROLL
-      for (int k = 0; k < NS; ++k) {
-        l[k] = k < s.N ? row[k] : T(0);
-        e[k] = k < s.N ? simt::exp(l[k]) : T(0);
-      }
-    }
-  }
-};
-
-template <class T, ss_decay_form F, int NS>
-IATTN_DEVICE void ss_channel_states_run(const ss_scan_args<T>& a, simt::index c, T* end, T* decay) {
-  const ss_view<T>& s = a.s;
-  const simt::index D = s.channels(), N = s.N, h = s.head(c), g = s.group(h), j = simt::block_idx().x;
-  const simt::index t0 = j * a.chunk, t1 = simt::min_of(s.L, t0 + a.chunk);
-  T st[NS], sum[NS], rate[NS];
-  T dt_sum = T(0);  // the factored form's chunk sum: sum of dt (times A at the end)
-  IATTN_UNROLL
-  for (int k = 0; k < NS; ++k) {
-    st[k] = sum[k] = T(0);
-    rate[k] = F == ss_decay_form::factored && k < N ? s.A[h * N + k] : T(0);
-  }
-  for (simt::index t = t0; t < t1; ++t) {
-    const T xt = a.input(t, c);
-    const T* Bt = s.B + (t * s.G + g) * N;
-    ss_token_decay<T, F, NS> d;
-    d.load(s, t, h, rate);
-    if constexpr (F == ss_decay_form::factored) dt_sum += s.lambda[t * s.H + h];
-    IATTN_UNROLL
-    for (int k = 0; k < NS; ++k) {
-      if (k < N) {
-        st[k] = d.e[k] * st[k] + Bt[k] * xt;
-        if constexpr (F != ss_decay_form::factored) sum[k] += d.l[k];
-      }
-    }
-  }
-  IATTN_UNROLL
-  for (int k = 0; k < NS; ++k) {
-    if (k < N) {
-      end[(j * D + c) * N + k] = st[k];
-      decay[(j * D + c) * N + k] = simt::exp(F == ss_decay_form::factored ? dt_sum * rate[k] : sum[k]);
-    }
-  }
-}
-
-template <class T, ss_decay_form F, int NS>
-IATTN_DEVICE void ss_channel_outputs_run(const ss_scan_args<T>& a, simt::index c, const T* start, T* y) {
-  const ss_view<T>& s = a.s;
-  const simt::index D = s.channels(), N = s.N, h = s.head(c), g = s.group(h), j = simt::block_idx().x;
-  const simt::index t0 = j * a.chunk, t1 = simt::min_of(s.L, t0 + a.chunk);
-  T st[NS], rate[NS], bonus[NS];
-  IATTN_UNROLL
-  for (int k = 0; k < NS; ++k) {
-    st[k] = k < N ? start[(j * D + c) * N + k] : T(0);
-    rate[k] = F == ss_decay_form::factored && k < N ? s.A[h * N + k] : T(0);
-    bonus[k] = k < N ? s.bonus_of(h, k) : T(0);
-  }
-  for (simt::index t = t0; t < t1; ++t) {
-    const T xt = a.input(t, c);
-    const T* Bt = s.B + (t * s.G + g) * N;
-    const T* Ct = s.C + (t * s.G + g) * N;
-    ss_token_decay<T, F, NS> d;
-    d.load(s, t, h, rate);
-    T acc = T(0);
-    IATTN_UNROLL
-    for (int k = 0; k < NS; ++k) {
-      if (k < N) {
-        const T bx = Bt[k] * xt;
-        if (s.strict) acc += Ct[k] * (st[k] + bonus[k] * bx);  // the state before token t
-        st[k] = d.e[k] * st[k] + bx;
-        if (!s.strict) acc += Ct[k] * st[k];
-      }
-    }
-    y[t * D + c] = a.output(acc, t, c);
-  }
-}
-
-/// e_j and g_j of each (chunk, channel), as ss_chunk_states in the lane layout.
+/// r[k] = p[k] for k < N, 0 after: float4 loads when vec (p 16-byte aligned, N a multiple of 4).
 template <class T, int NS>
-IATTN_KERNEL IATTN_BOUNDS(scan_threads, channel_scan_min_blocks<T>) void ss_channel_states(ss_scan_args<T> a, T* end, T* decay) {
+IATTN_DEVICE void ss_load_states(const T* p, simt::index N, bool vec, T (&r)[NS]) {
+#if defined(__CUDACC__)
+  if constexpr (std::is_same_v<T, float> && NS % 4 == 0) {
+    if (vec) {
+      IATTN_UNROLL
+      for (int q = 0; q < NS / 4; ++q) {
+        const float4 v = 4 * q < N ? reinterpret_cast<const float4*>(p)[q] : make_float4(0.f, 0.f, 0.f, 0.f);
+        r[4 * q] = v.x;
+        r[4 * q + 1] = v.y;
+        r[4 * q + 2] = v.z;
+        r[4 * q + 3] = v.w;
+      }
+      return;
+    }
+  }
+#endif
+  (void)vec;
+  IATTN_UNROLL
+  for (int k = 0; k < NS; ++k) r[k] = k < N ? p[k] : T(0);
+}
+
+/// One chunk of one channel: Out = false scans from a zero state and writes e_j and g_j (state,
+/// decay); Out = true scans from s_j (state) and writes the chunk's outputs (y).
+template <class T, ss_decay_form F, int NS, bool Out, bool Strict>
+IATTN_DEVICE void ss_channel_run(const ss_scan_args<T>& a, simt::index c, T* state, T* decay, T* y) {
+  const ss_view<T>& s = a.s;
+  const simt::index D = s.channels(), N = s.N, H = s.H, h = s.head(c), g = s.group(h), j = simt::block_idx().x;
+  const simt::index t0 = j * a.chunk, t1 = simt::min_of(s.L, t0 + a.chunk);
+  constexpr bool scalar_decay = F != ss_decay_form::per_state;  // dt or a per-head lambda per token
+  T st[NS], rate[NS], bonus[NS], sum[NS];
+  T scalar_sum = T(0);  // the chunk's sum of the decay scalar (factored: times A at the end)
+  IATTN_UNROLL
+  for (int k = 0; k < NS; ++k) {
+    st[k] = Out && k < N ? state[(j * D + c) * N + k] : T(0);
+    rate[k] = F == ss_decay_form::factored && k < N ? s.A[h * N + k] : T(0);
+    bonus[k] = Out && Strict && k < N ? s.bonus_of(h, k) : T(0);
+    sum[k] = T(0);
+  }
+  for (simt::index tb = t0; tb < t1; tb += channel_scan_batch<T>) {
+    T xb[channel_scan_batch<T>], sb[channel_scan_batch<T>];
+    const int valid = int(simt::min_of(t1 - tb, simt::index(channel_scan_batch<T>)));
+    const T* xp = a.x + tb * D + c;
+    const T* lp = s.lambda + tb * H + h;
+    IATTN_UNROLL
+    for (int u = 0; u < channel_scan_batch<T>; ++u) {  // independent loads, all in flight together
+      const int v = u < valid ? u : valid - 1;
+      xb[u] = xp[v * D];
+      sb[u] = scalar_decay ? lp[v * H] : T(0);
+    }
+    if (a.in_scale) {
+      const T* ip = a.in_scale + (a.in_rows == 1 ? 0 : tb * D) + c;
+      const simt::index step = a.in_rows == 1 ? 0 : D;
+      IATTN_UNROLL
+      for (int u = 0; u < channel_scan_batch<T>; ++u) xb[u] *= ip[(u < valid ? u : valid - 1) * step];
+    }
+    IATTN_UNROLL
+    for (int u = 0; u < channel_scan_batch<T>; ++u) {
+      const simt::index t = tb + u;
+      if (t >= t1) break;
+      T l[NS], e[NS], b[NS];
+      if constexpr (F == ss_decay_form::factored) {
+        IATTN_UNROLL
+        for (int k = 0; k < NS; ++k) {
+          l[k] = sb[u] * rate[k];
+          e[k] = simt::exp(l[k]);
+        }
+      } else if constexpr (F == ss_decay_form::per_head) {
+        const T et = simt::exp(sb[u]);
+        IATTN_UNROLL
+        for (int k = 0; k < NS; ++k) {
+          l[k] = sb[u];
+          e[k] = et;
+        }
+      } else {
+        ss_load_states<T, NS>(s.lambda + (t * H + h) * N, N, a.vec4, l);
+        IATTN_UNROLL
+        for (int k = 0; k < NS; ++k) e[k] = simt::exp(l[k]);
+      }
+      ss_load_states<T, NS>(s.B + (t * s.G + g) * N, N, a.vec4, b);
+      if constexpr (Out) {
+        T cv[NS];
+        ss_load_states<T, NS>(s.C + (t * s.G + g) * N, N, a.vec4, cv);
+        T acc = T(0);
+        IATTN_UNROLL
+        for (int k = 0; k < NS; ++k) {
+          if (k < N) {
+            const T bx = b[k] * xb[u];
+            if constexpr (Strict) acc += cv[k] * (st[k] + bonus[k] * bx);  // the state before token t
+            st[k] = e[k] * st[k] + bx;
+            if constexpr (!Strict) acc += cv[k] * st[k];
+          }
+        }
+        y[t * D + c] = a.output(acc, t, c);
+      } else {
+        scalar_sum += sb[u];
+        IATTN_UNROLL
+        for (int k = 0; k < NS; ++k) {
+          if (k < N) {
+            st[k] = e[k] * st[k] + b[k] * xb[u];
+            if constexpr (!scalar_decay) sum[k] += l[k];
+          }
+        }
+      }
+    }
+  }
+  if constexpr (!Out) {
+    IATTN_UNROLL
+    for (int k = 0; k < NS; ++k) {
+      if (k < N) {
+        const T total = F == ss_decay_form::factored ? scalar_sum * rate[k]
+                        : F == ss_decay_form::per_head ? scalar_sum
+                                                       : sum[k];
+        state[(j * D + c) * N + k] = st[k];
+        decay[(j * D + c) * N + k] = simt::exp(total);
+      }
+    }
+  }
+}
+
+/// e_j and g_j of each (chunk, channel), as ss_chunk_states in the lane layout. One kernel per decay
+/// form F (the host picks it, semiseparable.hpp): each is allocated the registers its form needs.
+template <class T, int NS, ss_decay_form F>
+IATTN_KERNEL IATTN_BOUNDS(scan_threads, channel_scan_min_blocks<T>) void ss_channel_states(ss_scan_args<T> a, T* end,
+                                                                                          T* decay) {
   const simt::index c = simt::index(simt::block_idx().y) * scan_threads + simt::thread_idx().x;
   if (c >= a.s.channels()) return;  // no barrier in this kernel
-  if (a.s.A) ss_channel_states_run<T, ss_decay_form::factored, NS>(a, c, end, decay);
-  else if (a.s.per_state) ss_channel_states_run<T, ss_decay_form::per_state, NS>(a, c, end, decay);
-  else ss_channel_states_run<T, ss_decay_form::per_head, NS>(a, c, end, decay);
+  ss_channel_run<T, F, NS, false, false>(a, c, end, decay, nullptr);
 }
 
-/// Each chunk's outputs from s_j, as ss_chunk_outputs in the lane layout.
-template <class T, int NS>
-IATTN_KERNEL IATTN_BOUNDS(scan_threads, channel_scan_min_blocks<T>) void ss_channel_outputs(ss_scan_args<T> a, const T* start, T* y) {
+/// Each chunk's outputs from s_j, as ss_chunk_outputs in the lane layout; one kernel per decay form,
+/// the strict form dispatched inside.
+template <class T, int NS, ss_decay_form F>
+IATTN_KERNEL IATTN_BOUNDS(scan_threads, channel_scan_min_blocks<T>) void ss_channel_outputs(ss_scan_args<T> a,
+                                                                                           const T* start, T* y) {
   const simt::index c = simt::index(simt::block_idx().y) * scan_threads + simt::thread_idx().x;
   if (c >= a.s.channels()) return;
-  if (a.s.A) ss_channel_outputs_run<T, ss_decay_form::factored, NS>(a, c, start, y);
-  else if (a.s.per_state) ss_channel_outputs_run<T, ss_decay_form::per_state, NS>(a, c, start, y);
-  else ss_channel_outputs_run<T, ss_decay_form::per_head, NS>(a, c, start, y);
+  T* from = const_cast<T*>(start);  // only read when Out
+  if (a.s.strict) ss_channel_run<T, F, NS, true, true>(a, c, from, nullptr, y);
+  else ss_channel_run<T, F, NS, true, false>(a, c, from, nullptr, y);
 }
 
 }  // namespace iattn::cuda_detail

@@ -54,17 +54,28 @@ IATTN_KERNEL IATTN_BOUNDS(256, 4) void ss_tile_factors(ss_view<T> s, simt::index
 }
 
 /// mid[(I tiles + J) N + m] = E(j1..i0-sigma) for every tile pair J < I of head h: one thread per
-/// (J, m) walks I = J+1, J+2, ... adding each passed tile's total (a sum from J's edge).
+/// (J, m) walks I = J+1, J+2, ... adding each passed tile's total (a sum from J's edge). The loads of
+/// 4 tiles (totals and edge lambdas) are issued before their dependent chain.
 template <class T>
 IATTN_KERNEL IATTN_BOUNDS(256, 4) void ss_tile_mid(ss_view<T> s, simt::index h, const T* total, simt::index tiles,
                                                    T* mid) {
+  constexpr simt::index batch = 4;
   simt::grid_stride(tiles * s.N, [&](simt::index i) {
     const simt::index J = i / s.N, m = i - J * s.N, N = s.N;
     T run = T(0);  // lambda over the whole tiles J+1 .. I-1
-    for (simt::index I = J + 1; I < tiles; ++I) {
-      const T edge = s.strict ? T(0) : s.log_decay(I * simt::index(tile_dim), h, m);
-      mid[(I * tiles + J) * N + m] = simt::exp(run + edge);
-      run += total[I * N + m];
+    for (simt::index I0 = J + 1; I0 < tiles; I0 += batch) {
+      T edge[batch], tot[batch];
+      IATTN_UNROLL
+      for (simt::index u = 0; u < batch; ++u) {
+        const simt::index I = simt::min_of(I0 + u, tiles - 1);
+        edge[u] = s.strict ? T(0) : s.log_decay(I * simt::index(tile_dim), h, m);
+        tot[u] = total[I * N + m];
+      }
+      IATTN_UNROLL
+      for (simt::index u = 0; u < batch; ++u) {
+        if (I0 + u < tiles) mid[((I0 + u) * tiles + J) * N + m] = simt::exp(run + edge[u]);
+        run += tot[u];
+      }
     }
   });
 }
