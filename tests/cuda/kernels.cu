@@ -35,7 +35,9 @@ namespace iattn::cuda_detail {
   template __global__ void ss_tile_totals<T>(ss_view<T>, simt::index, T*, simt::index);                              \
   template __global__ void ss_tile_factors<T>(ss_view<T>, simt::index, T*, T*);                                     \
   template __global__ void ss_tile_mid<T>(ss_view<T>, simt::index, const T*, simt::index, T*);                      \
-  template __global__ void ss_materialize_tiles<T>(ss_view<T>, simt::index, const T*, const T*, const T*, T*);      \
+  template __global__ void ss_materialize_tiles<T>(ss_view<T>, simt::index, const T*, const T*, const T*,          \
+                                                   simt::index, T*);                                                 \
+  template __global__ void ss_materialize_macro<T>(ss_view<T>, const T*, const T*, const T*, simt::index, T*);       \
   template __global__ void band_materialize<T>(band_factor<T>, T*, simt::index);                                     \
   template __global__ void band_multiply<T>(band_factor<T>, bool, const T*, T*, simt::index);                        \
   template __global__ void band_vector<T>(band_factor<T>, bool, const T*, T*, simt::index);                          \

@@ -38,6 +38,7 @@ FLOORS = {
     "ss_tile_totals": (256, 4),
     "ss_tile_factors": (256, 4),       # C~ and B~ per (token, state)
     "ss_tile_mid": (256, 4),           # mid per (tile pair, state)
+    "ss_materialize_macro": (256, 3),  # 16 accumulators, 13 KiB shared (float; 26 KiB double)
     "ss_materialize_tiles": (256, 4),  # 4 accumulators, 25 KiB shared (double): 1024 threads/SM
     "mean_accumulate": (256, 4),       # the channel means: a channel's matrix into the running mean
     "band_materialize": (256, 4),      # materialize, row and col of bands; band products

@@ -124,10 +124,13 @@ struct cuda_eval<Semiseparable<T>> {
     simt::launch("ss_tile_totals", &ss_tile_totals<T>, per_tile, on.stream, ds.view, h, total.data(), tiles);
     simt::launch("ss_tile_mid", &ss_tile_mid<T>, per_tile, on.stream, ds.view, h,
                  static_cast<const T*>(total.data()), tiles, mid.data());
-    simt::launch("ss_materialize_tiles", &ss_materialize_tiles<T>,
-                 {{unsigned(tiles), unsigned(tiles)}, {tile_dim, tile_rows}, 0}, on.stream, ds.view, c,
-                 static_cast<const T*>(ct.data()), static_cast<const T*>(bt.data()),
-                 static_cast<const T*>(mid.data()), out);
+    const unsigned macros = unsigned((tiles + 1) / 2);
+    simt::launch("ss_materialize_macro", &ss_materialize_macro<T>, {{macros, macros}, {macro_side, macro_side}, 0},
+                 on.stream, ds.view, static_cast<const T*>(ct.data()), static_cast<const T*>(bt.data()),
+                 static_cast<const T*>(mid.data()), tiles, out);
+    simt::launch("ss_materialize_tiles", &ss_materialize_tiles<T>, {{2, 2, macros}, {tile_dim, tile_rows}, 0},
+                 on.stream, ds.view, c, static_cast<const T*>(ct.data()), static_cast<const T*>(bt.data()),
+                 static_cast<const T*>(mid.data()), tiles, out);
   }
 
   static void vector(const Semiseparable<T>& n, const cuda& on, Index c, bool transposed, const T* x, T* y, Index L) {
