@@ -1,8 +1,12 @@
 // iattn/backend/cuda/semiseparable.hpp: CUDA evaluator of Semiseparable, every form the node has
 // (per-state, per-head and factored decays; heads, channels per head, groups; the strict form with
 // or without a bonus):
-//   apply        the chunked scan of kernels/semiseparable_scan.hpp; N <= 512 (scan_max_state)
-//   materialize  the stable tiles of kernels/semiseparable_tiles.hpp; any N
+//   apply        the chunked scan of kernels/semiseparable_scan.hpp: the channel layout for
+//                N <= 16 (one thread per channel), the lane layout up to N = 512 (scan_max_state);
+//                apply_scaled folds diagonals around S into it (product.hpp, scan_fold)
+//   materialize  the factored stable tiles of kernels/semiseparable_tiles.hpp (factors, tile
+//                totals, tile-pair mids, then macro tiles off the diagonal band and the band's
+//                tiles); any N
 //   vector       one channel's scan, forward or transposed (kernels/vector_scan.hpp); any N
 #pragma once
 

@@ -13,7 +13,8 @@
 // Threads: W = lanes per channel (a power of two, N <= W MS), MS states per thread (template:
 // registers), scan_threads / W channels per block; grid (chunks, channel blocks). The outputs
 // reduce the W lanes' shares through shared memory, scan_slice tokens at a time (two barriers per
-// slice, none per token).
+// slice, none per token). This lane layout serves N > channel_scan_states; smaller states use the
+// channel layout below (ss_channel_states / ss_channel_outputs: one thread per channel).
 #pragma once
 
 #include "chunked_scan.hpp"
