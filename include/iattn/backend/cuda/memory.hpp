@@ -21,10 +21,10 @@
 #include "tag.hpp"
 
 #include <atomic>
-#include <cstdint>
-#include <map>
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <type_traits>

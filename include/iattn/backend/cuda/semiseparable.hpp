@@ -78,8 +78,7 @@ struct cuda_eval<Semiseparable<T>> {
     device_buffer<T> state(chunks * D * N, on.stream), decay(chunks * D * N, on.stream);  // (chunks, D, N)
     auto aligned = [](const T* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; };
     const bool vec4 = N % 4 == 0 && aligned(ds.view.B) && aligned(ds.view.C) && aligned(ds.view.lambda);
-    const ss_scan_args<T> args{ds.view, x,          chunk,           lanes, scales.in, scales.in_rows,
-                               scales.out, scales.out_rows, vec4};
+    const ss_scan_args<T> args{ds.view, x, chunk, lanes, scales.in, scales.in_rows, scales.out, scales.out_rows, vec4};
     const Index per_block = scan_threads / lanes;
     const simt::launch_config per_chunk{{unsigned(chunks), unsigned((D + per_block - 1) / per_block)}, {scan_threads}, 0};
     const simt::launch_config carry{{simt::blocks_for(D * N, elementwise_threads)}, {elementwise_threads}, 0};
