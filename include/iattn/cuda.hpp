@@ -30,6 +30,7 @@
 #include "backend/cuda/linear_recurrence.hpp"
 #include "backend/cuda/memory.hpp"
 #include "backend/cuda/product.hpp"
+#include "backend/cuda/scaled.hpp"
 #include "backend/cuda/semiseparable.hpp"
 #include "backend/cuda/tag.hpp"
 #include "backend/cuda/kernels/mean.hpp"
@@ -89,7 +90,7 @@ template <Operator H, Scalar T>
 device_matrix<T> apply(cuda on, const H& h, const device_matrix<T>& X) {
   static_assert(cuda_detail::applies_v<H>,
                 "apply(iattn::cuda, H, X): the CUDA backend applies Diagonal, CausalConv, LinearRecurrence, "
-                "Semiseparable and Products of these; H contains another node (docs/cuda.md lists what is "
+                "Semiseparable and Products, Sums and scalar multiples of these; H contains another node (docs/cuda.md lists what is "
                 "covered)");
   static_assert(std::is_same_v<T, typename H::scalar>, "apply(iattn::cuda, H, X): X must have the expression's scalar type");
   detail::check_input(h, X.rows(), X.cols(), "apply(iattn::cuda, H, X)", "X");
@@ -110,7 +111,7 @@ template <Operator H>
 device_matrix<typename H::scalar> materialize(cuda on, const H& h, Index c, Index L = any) {
   static_assert(cuda_detail::materializes_v<H>,
                 "materialize(iattn::cuda, H, c): the CUDA backend materializes Diagonal, CausalConv, "
-                "LinearRecurrence, Semiseparable and Products of these; H contains another node (docs/cuda.md "
+                "LinearRecurrence, Semiseparable and Products, Sums and scalar multiples of these; H contains another node (docs/cuda.md "
                 "lists what is covered)");
   const char* where = "materialize(iattn::cuda, H, c)";
   detail::check_channel(h, c, where);
@@ -125,7 +126,7 @@ template <class H>
 constexpr void require_materializes() {
   static_assert(materializes_v<H>,
                 "materialize_all / materialize_mean / materialize_head_means(iattn::cuda, H): the CUDA backend "
-                "materializes Diagonal, CausalConv, LinearRecurrence, Semiseparable and Products of these; H "
+                "materializes Diagonal, CausalConv, LinearRecurrence, Semiseparable and Products, Sums and scalar multiples of these; H "
                 "contains another node (docs/cuda.md lists what is covered)");
 }
 
@@ -240,7 +241,7 @@ template <Operator H>
 device_matrix<typename H::scalar> row(cuda on, const H& h, Index t, Index c, Index L = any) {
   static_assert(cuda_detail::slices_v<H>,
                 "row(iattn::cuda, H, t, c): the CUDA backend takes rows of Diagonal, CausalConv, LinearRecurrence, "
-                "Semiseparable and Products of these; H contains another node (docs/cuda.md lists what is covered)");
+                "Semiseparable and Products, Sums and scalar multiples of these; H contains another node (docs/cuda.md lists what is covered)");
   return cuda_detail::row_or_col(on, h, t, c, L, true);
 }
 
@@ -250,7 +251,7 @@ template <class H>
 device_matrix<typename H::scalar> row_or_col_all(const cuda& on, const H& h, Index k, Index L, bool is_row) {
   static_assert(slices_v<H>,
                 "row_all / col_all(iattn::cuda, H): the CUDA backend takes rows and columns of Diagonal, CausalConv, "
-                "LinearRecurrence, Semiseparable and Products of these; H contains another node (docs/cuda.md lists "
+                "LinearRecurrence, Semiseparable and Products, Sums and scalar multiples of these; H contains another node (docs/cuda.md lists "
                 "what is covered)");
   using T = typename H::scalar;
   const char* where = is_row ? "row_all(iattn::cuda, H, t)" : "col_all(iattn::cuda, H, s)";
@@ -287,7 +288,7 @@ template <Operator H>
 device_matrix<typename H::scalar> col(cuda on, const H& h, Index s, Index c, Index L = any) {
   static_assert(cuda_detail::slices_v<H>,
                 "col(iattn::cuda, H, s, c): the CUDA backend takes columns of Diagonal, CausalConv, LinearRecurrence, "
-                "Semiseparable and Products of these; H contains another node (docs/cuda.md lists what is covered)");
+                "Semiseparable and Products, Sums and scalar multiples of these; H contains another node (docs/cuda.md lists what is covered)");
   return cuda_detail::row_or_col(on, h, s, c, L, false);
 }
 

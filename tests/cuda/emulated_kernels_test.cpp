@@ -81,6 +81,8 @@ IATTN_EMULATED_CASE_AT("Diagonal and CausalConv materialize, row, col (bands)", 
 IATTN_EMULATED_CASE_AT("LinearRecurrence materialize (tiles), row, col", cuda_test::linear_recurrence_matrix_cases,
                        cuda_test::serial_matrices)
 IATTN_EMULATED_CASE_AT("Product materialize, row, col", cuda_test::product_matrix_cases, cuda_test::serial_matrices)
+IATTN_EMULATED_CASE_AT("Sum and Scaled apply, materialize, row, col", cuda_test::composite_cases,
+                       cuda_test::serial_matrices)
 // The means' own kernel has no barrier, and the materialize kernels they call run on the serial
 // schedules above: the concurrent schedule only.
 TEST_CASE("materialize_all, channel and head means, concurrent", "[kernels][concurrent]") {

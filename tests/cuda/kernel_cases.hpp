@@ -167,6 +167,16 @@ MatD dense(const iattn::Semiseparable<T>& n, Index c, Index) {
   return loop_matrix(n, c);
 }
 template <class A, class B>
+MatD dense(const iattn::Product<A, B>& n, Index c, Index L);
+template <class A>
+MatD dense(const iattn::Scaled<A>& n, Index c, Index L) {
+  return n.factor() * dense(n.inner(), c, L);
+}
+template <class A, class B>
+MatD dense(const iattn::Sum<A, B>& n, Index c, Index L) {
+  return dense(n.left(), c, L) + dense(n.right(), c, L);
+}
+template <class A, class B>
 MatD dense(const iattn::Product<A, B>& n, Index c, Index L) {
   const MatD a = dense(n.left(), c, L), b = dense(n.right(), c, L);
   MatD m = MatD::Zero(L, L);
@@ -756,6 +766,37 @@ void simt_cases(iattn::cuda on, Check&& check, const lengths&) {
 }
 
 /// Every case above, for one scalar type.
+/// Sums and scalar multiples (backend/cuda/scaled.hpp): 0.5 S + 2 LR, and inside products as a
+/// band's neighbour, diag(z) (S + LR) and (LR + diag(d)) conv(w) (a Sum of a band is not a band to
+/// the banded rewrites, so it is materialized and multiplied): apply against the CPU backend and
+/// the loops, materialize, rows and columns against the CPU's matrix and the dense loops.
+template <class T, class Check>
+void composite_cases(iattn::cuda on, Check&& check, const lengths& ls) {
+  for (Index L : ls.tiles) {
+    const auto S = make_semiseparable<T>(ss_configs[0], L);
+    const Index D = S.channels(), c = (L % 2) ? D - 1 : 2;
+    const auto R = make_recurrence<T>(L, D);
+    const auto z = iattn::diagonal(uniform<T>(L, D, -1, 1));
+    const auto sum = 0.5 * S + 2.0 * R;
+    const auto left = z * (S + R);
+    const auto right = (R + iattn::diagonal(uniform<T>(1, D, -2, 2))) * iattn::causal_conv(uniform<T>(4, D, -1, 1));
+    const Mat<T> x = uniform<T>(L, D, -1, 1);
+    const std::string what = at("composite", L);
+    compare(check, what + " 0.5 S + 2 LR apply vs cpu", iattn::apply(on, sum, x),
+            iattn::apply(sum, x).template cast<double>(), tolerance<T>());
+    compare(check, what + " 0.5 S + 2 LR apply vs loops", iattn::apply(on, sum, x),
+            MatD(0.5 * loop_scan(S, x) + 2.0 * loop_recurrence(R.a().map().eval(), R.b().map().eval(), x)),
+            tolerance<T>());
+    compare(check, what + " diag (S + LR) apply vs cpu", iattn::apply(on, left, x),
+            iattn::apply(left, x).template cast<double>(), tolerance<T>());
+    compare(check, what + " (LR + diag) conv apply vs cpu", iattn::apply(on, right, x),
+            iattn::apply(right, x).template cast<double>(), tolerance<T>());
+    matrix_checks<T>(on, check, ls, sum, L, c, what + " 0.5 S + 2 LR");
+    matrix_checks<T>(on, check, ls, left, L, c, what + " diag (S + LR)");
+    matrix_checks<T>(on, check, ls, right, L, c, what + " (LR + diag) conv");
+  }
+}
+
 template <class T, class Check>
 void all_cases(iattn::cuda on, Check&& check, const lengths& ls) {
   simt_cases<T>(on, check, ls);
@@ -768,6 +809,7 @@ void all_cases(iattn::cuda on, Check&& check, const lengths& ls) {
   band_matrix_cases<T>(on, check, ls);
   linear_recurrence_matrix_cases<T>(on, check, ls);
   product_matrix_cases<T>(on, check, ls);
+  composite_cases<T>(on, check, ls);
   mean_cases<T>(on, check, ls);
   resident_cases<T>(on, check, ls);
 }

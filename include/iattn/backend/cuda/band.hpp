@@ -27,6 +27,13 @@ inline constexpr bool single_band_v<CausalConv<T>> = true;
 template <class T>
 inline constexpr bool single_band_v<Product<Diagonal<T>, CausalConv<T>>> = true;
 
+/// Whether Node is a band the banded rewrites take: a single band or a Product of them. (A Scaled
+/// or Sum of bands is a band to the CPU's traits, is_band_v, but not here: it is materialized.)
+template <class Node>
+inline constexpr bool device_band_v = single_band_v<Node>;
+template <class A, class B>
+inline constexpr bool device_band_v<Product<A, B>> = single_band_v<Product<A, B>> || (device_band_v<A> && device_band_v<B>);
+
 /// A band factor's coefficients on the device and the kernels' view of channel c.
 template <class T>
 struct device_band {
@@ -76,7 +83,7 @@ void launch_band_multiply(const band_factor<T>& f, const cuda& on, bool left, co
 /// out = M B (left = false) or B M (left = true) for channel c, M = in (L, L) lower-triangular.
 template <class Band, class T>
 void band_multiply_into(const Band& b, const cuda& on, Index c, bool left, const T* in, T* out, Index L) {
-  static_assert(is_band_v<Band>, "band_multiply_into: a band expression");
+  static_assert(device_band_v<Band>, "band_multiply_into: a band expression");
   if constexpr (single_band_v<Band>) {
     const device_band<T> db(b, c, on);
     launch_band_multiply(db.f, on, left, in, out, L);

@@ -103,9 +103,9 @@ struct cuda_eval<Product<A, B>> {
       cuda_eval<A2>::materialize(n.left().left(), on, c, m.data(), L);
       const device_band<T> b(Product<Diagonal<T>, CausalConv<T>>(n.left().right(), n.right()), c, on);
       launch_band_multiply(b.f, on, false, static_cast<const T*>(m.data()), out, L);
-    } else if constexpr (is_band_v<B>) {
+    } else if constexpr (device_band_v<B>) {
       multiply_by_band<T, is_diagonal_v<B>, A>(n.left(), n.right(), false, on, c, out, L);
-    } else if constexpr (is_band_v<A>) {
+    } else if constexpr (device_band_v<A>) {
       multiply_by_band<T, is_diagonal_v<A>, B>(n.right(), n.left(), true, on, c, out, L);
     } else {
       device_buffer<T> ma(L * L, on.stream), mb(L * L, on.stream);
