@@ -162,7 +162,7 @@ IATTN_KERNEL IATTN_BOUNDS(scan_threads, 4) void ss_chunk_outputs(ss_scan_args<T>
 // block; grid (chunks, channel blocks). The outputs C_t . s_t are summed in the thread: no shared
 // memory, no barrier. A thread's reads of x and of a per-channel decay scalar (dt, or a per-head
 // lambda) are coalesced across the block and issued channel_scan_batch tokens at a time (their
-// latency overlaps instead of stalling every token: 3x on an H200, performance.md); B_t, C_t (the
+// latency overlaps instead of stalling every token: 1.8x on an H200, performance.md); B_t, C_t (the
 // same for every channel of a group) and a per-state lambda row are read as float4 where aligned.
 // The decay's form is a template parameter: the factored decay keeps A's row in registers and
 // multiplies it by dt_t (the chunk's log-decay sum is A times the sum of dt); a per-head decay
