@@ -58,8 +58,12 @@ echo "== [${SECONDS} s] stage 2: every test program, AddressSanitizer + Undefine
 # No debug information: reports name the functions (symbols), not file:line; the compile takes 12 %
 # less time (rewrites_test.cpp: 71 s with -gline-tables-only, 63 s without). To see lines, rebuild
 # the failing test locally with -gline-tables-only added to CMAKE_CXX_FLAGS.
+# IATTN_TEST_BUNDLES: the Catch2 test files compiled in four bundle programs, each library template
+# instantiated once per bundle rather than once per file (tests/CMakeLists.txt; CTest still runs and
+# names each file's tests on their own).
 CXX=clang++ cmake -S . -B build-sanitize -DCMAKE_BUILD_TYPE= "-DCMAKE_CXX_FLAGS=-O1" \
-  -DIATTN_BUILD_TESTS=ON -DIATTN_BUILD_EXAMPLES=OFF -DIATTN_INSTALL=OFF -DIATTN_SANITIZE=address,undefined
+  -DIATTN_BUILD_TESTS=ON -DIATTN_BUILD_EXAMPLES=OFF -DIATTN_INSTALL=OFF -DIATTN_SANITIZE=address,undefined \
+  -DIATTN_TEST_BUNDLES=ON
 cmake --build build-sanitize -j2
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir build-sanitize --output-on-failure -j2
