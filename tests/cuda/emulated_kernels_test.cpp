@@ -83,6 +83,10 @@ IATTN_EMULATED_CASE_AT("LinearRecurrence materialize (tiles), row, col", cuda_te
 IATTN_EMULATED_CASE_AT("Product materialize, row, col", cuda_test::product_matrix_cases, cuda_test::serial_matrices)
 IATTN_EMULATED_CASE_AT("Sum and Scaled apply, materialize, row, col", cuda_test::composite_cases,
                        cuda_test::serial_matrices)
+IATTN_EMULATED_CASE_AT("Flip apply, materialize, row, col (alone, in sums and full products)", cuda_test::flip_cases,
+                       cuda_test::serial_matrices)
+IATTN_EMULATED_CASE_AT("RowNormalize apply, materialize, row, col", cuda_test::row_normalize_cases,
+                       cuda_test::serial_matrices)
 // The means' own kernel has no barrier, and the materialize kernels they call run on the serial
 // schedules above: the concurrent schedule only.
 TEST_CASE("materialize_all, channel and head means, concurrent", "[kernels][concurrent]") {

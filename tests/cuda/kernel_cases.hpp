@@ -169,6 +169,10 @@ MatD dense(const iattn::Semiseparable<T>& n, Index c, Index) {
 template <class A, class B>
 MatD dense(const iattn::Product<A, B>& n, Index c, Index L);
 template <class A>
+MatD dense(const iattn::Flip<A>& n, Index c, Index L);
+template <class A>
+MatD dense(const iattn::RowNormalize<A>& n, Index c, Index L);
+template <class A>
 MatD dense(const iattn::Scaled<A>& n, Index c, Index L) {
   return n.factor() * dense(n.inner(), c, L);
 }
@@ -176,13 +180,27 @@ template <class A, class B>
 MatD dense(const iattn::Sum<A, B>& n, Index c, Index L) {
   return dense(n.left(), c, L) + dense(n.right(), c, L);
 }
+template <class A>
+MatD dense(const iattn::Flip<A>& n, Index c, Index L) {
+  const MatD a = dense(n.inner(), c, L);
+  MatD m(L, L);
+  for (Index t = 0; t < L; ++t)
+    for (Index s = 0; s < L; ++s) m(t, s) = a(L - 1 - t, L - 1 - s);
+  return m;
+}
+template <class A>
+MatD dense(const iattn::RowNormalize<A>& n, Index c, Index L) {
+  MatD m = dense(n.inner(), c, L);
+  for (Index t = 0; t < L; ++t) m.row(t) /= m.row(t).sum();
+  return m;
+}
 template <class A, class B>
 MatD dense(const iattn::Product<A, B>& n, Index c, Index L) {
   const MatD a = dense(n.left(), c, L), b = dense(n.right(), c, L);
   MatD m = MatD::Zero(L, L);
-  for (Index t = 0; t < L; ++t)  // both factors' dense matrices are lower-triangular as built
-    for (Index u = 0; u <= t; ++u)
-      for (Index s = 0; s <= u; ++s) m(t, s) += a(t, u) * b(u, s);
+  for (Index t = 0; t < L; ++t)  // every entry: a flipped factor is not lower-triangular
+    for (Index u = 0; u < L; ++u)
+      for (Index s = 0; s < L; ++s) m(t, s) += a(t, u) * b(u, s);
   return m;
 }
 
@@ -797,6 +815,73 @@ void composite_cases(iattn::cuda on, Check&& check, const lengths& ls) {
   }
 }
 
+/// Flip (J A J, anti-causal) alone, twice, in a Vision-Mamba-shaped sum, and in products whose
+/// matrices are not lower-triangular: a band on either side of a flipped core, and a general
+/// product of a causal and an anti-causal factor (every entry of the (L, L) result).
+template <class T, class Check>
+void flip_cases(iattn::cuda on, Check&& check, const lengths& ls) {
+  for (Index L : ls.tiles) {
+    const auto S = make_semiseparable<T>(ss_configs[0], L);
+    const Index D = S.channels(), c = (L % 2) ? D - 1 : 1;
+    const auto R = make_recurrence<T>(L, D);
+    const auto w = iattn::causal_conv(uniform<T>(4, D, -1, 1));
+    const auto fs = iattn::flip(S);
+    const auto twice = iattn::flip(iattn::flip(R));
+    const auto vim = iattn::diagonal(uniform<T>(L, D, -1, 1)) * (S + iattn::flip(R));
+    const auto right_band = iattn::flip(S) * w;
+    const auto left_band = w * iattn::flip(R);
+    const auto mixed = S * iattn::flip(R);
+    const Mat<T> x = uniform<T>(L, D, -1, 1);
+    const std::string what = at("flip", L);
+    compare(check, what + " flip(S) apply vs loops", iattn::apply(on, fs, x),
+            MatD(loop_scan(S, Mat<T>(x.colwise().reverse())).colwise().reverse()), tolerance<T>());
+    compare(check, what + " flip(flip(LR)) apply vs cpu", iattn::apply(on, twice, x),
+            iattn::apply(twice, x).template cast<double>(), tolerance<T>());
+    compare(check, what + " diag (S + flip(LR)) apply vs cpu", iattn::apply(on, vim, x),
+            iattn::apply(vim, x).template cast<double>(), tolerance<T>());
+    compare(check, what + " S flip(LR) apply vs cpu", iattn::apply(on, mixed, x),
+            iattn::apply(mixed, x).template cast<double>(), tolerance<T>());
+    matrix_checks<T>(on, check, ls, fs, L, c, what + " flip(S)");
+    matrix_checks<T>(on, check, ls, twice, L, c, what + " flip(flip(LR))");
+    matrix_checks<T>(on, check, ls, vim, L, c, what + " diag (S + flip(LR))");
+    matrix_checks<T>(on, check, ls, right_band, L, c, what + " flip(S) conv");
+    matrix_checks<T>(on, check, ls, left_band, L, c, what + " conv flip(LR)");
+    matrix_checks<T>(on, check, ls, mixed, L, c, what + " S flip(LR)");
+  }
+}
+
+/// RowNormalize (each row divided by its sum, r = A 1): of a recurrence with positive decays and
+/// inputs (every row sum positive), of a product with bands, of a flipped recurrence, and inside a
+/// sum.
+template <class T, class Check>
+void row_normalize_cases(iattn::cuda on, Check&& check, const lengths& ls) {
+  for (Index L : ls.tiles) {
+    const Index D = 5, c = L % D;
+    const Mat<T> a = uniform<T>(L, D, 0.1, 0.9), b = uniform<T>(L, D, 0.5, 1.5);
+    const auto P = iattn::linear_recurrence(a, b);
+    const auto rn = iattn::row_normalize(P);
+    const auto banded = iattn::row_normalize(iattn::diagonal(uniform<T>(L, D, 0.5, 2)) * P *
+                                             iattn::causal_conv(uniform<T>(4, D, 0.1, 1)));
+    const auto flipped = iattn::row_normalize(iattn::flip(P));
+    const auto summed = 0.5 * iattn::row_normalize(P) + iattn::diagonal(uniform<T>(L, D, -1, 1));
+    const Mat<T> x = uniform<T>(L, D, -1, 1);
+    const std::string what = at("row_normalize", L);
+    const MatD num = loop_recurrence(a, b, x), den = loop_recurrence(a, b, Mat<T>(Mat<T>::Ones(L, D)));
+    compare(check, what + " rn(LR) apply vs loops", iattn::apply(on, rn, x), MatD(num.cwiseQuotient(den)),
+            tolerance<T>());
+    compare(check, what + " rn(diag LR conv) apply vs cpu", iattn::apply(on, banded, x),
+            iattn::apply(banded, x).template cast<double>(), tolerance<T>());
+    compare(check, what + " rn(flip(LR)) apply vs cpu", iattn::apply(on, flipped, x),
+            iattn::apply(flipped, x).template cast<double>(), tolerance<T>());
+    compare(check, what + " 0.5 rn(LR) + diag apply vs cpu", iattn::apply(on, summed, x),
+            iattn::apply(summed, x).template cast<double>(), tolerance<T>());
+    matrix_checks<T>(on, check, ls, rn, L, c, what + " rn(LR)");
+    matrix_checks<T>(on, check, ls, banded, L, c, what + " rn(diag LR conv)");
+    matrix_checks<T>(on, check, ls, flipped, L, c, what + " rn(flip(LR))");
+    matrix_checks<T>(on, check, ls, summed, L, c, what + " 0.5 rn(LR) + diag");
+  }
+}
+
 template <class T, class Check>
 void all_cases(iattn::cuda on, Check&& check, const lengths& ls) {
   simt_cases<T>(on, check, ls);
@@ -810,6 +895,8 @@ void all_cases(iattn::cuda on, Check&& check, const lengths& ls) {
   linear_recurrence_matrix_cases<T>(on, check, ls);
   product_matrix_cases<T>(on, check, ls);
   composite_cases<T>(on, check, ls);
+  flip_cases<T>(on, check, ls);
+  row_normalize_cases<T>(on, check, ls);
   mean_cases<T>(on, check, ls);
   resident_cases<T>(on, check, ls);
 }

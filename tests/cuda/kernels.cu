@@ -39,11 +39,14 @@ namespace iattn::cuda_detail {
                                                    simt::index, T*);                                                 \
   template __global__ void ss_materialize_macro<T>(ss_view<T>, const T*, const T*, const T*, simt::index, T*);       \
   template __global__ void band_materialize<T>(band_factor<T>, T*, simt::index);                                     \
-  template __global__ void band_multiply<T>(band_factor<T>, bool, const T*, T*, simt::index);                        \
+  template __global__ void band_multiply<T>(band_factor<T>, bool, bool, const T*, T*, simt::index);                  \
   template __global__ void band_vector<T>(band_factor<T>, bool, const T*, T*, simt::index);                          \
   template __global__ void lr_tile_totals<T>(lr_tile_args<T>, T*, simt::index);                                      \
   template __global__ void lr_materialize_tiles<T>(lr_tile_args<T>, const T*, T*);                                   \
-  template __global__ void lower_product_tiles<T>(const T*, const T*, T*, simt::index);                              \
+  template __global__ void lower_product_tiles<T>(const T*, const T*, T*, simt::index, bool);                        \
+  template __global__ void reverse_rows<T>(const T*, T*, simt::index, simt::index);                                  \
+  template __global__ void fill_value<T>(T*, simt::index, T);                                                        \
+  template __global__ void divide_rows<T>(const T*, const T*, T*, simt::index, simt::index);                         \
   template __global__ void scan_vector_states<ss_vector_source<T>, T>(ss_vector_source<T>, const T*, T*, T*);        \
   template __global__ void scan_vector_states<lr_vector_source<T>, T>(lr_vector_source<T>, const T*, T*, T*);        \
   template __global__ void scan_vector_outputs<ss_vector_source<T>, T>(ss_vector_source<T>, const T*, const T*, T*); \

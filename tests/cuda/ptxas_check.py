@@ -50,6 +50,9 @@ FLOORS = {
     "scan_vector_states": (256, 4),    # one channel's scan for row / col: one thread per (chunk, state)
     "scan_vector_outputs": (256, 4),
     "vector_sum_states": (256, 4),
+    "reverse_rows": (256, 4),          # Flip: the token reversal
+    "fill_value": (256, 4),            # RowNormalize: ones, and the division by the row sums
+    "divide_rows": (256, 4),
 }
 REGISTERS_PER_SM = 65536
 SHARED_PER_SM = {"sm_80": 164 * 1024, "sm_90": 228 * 1024}

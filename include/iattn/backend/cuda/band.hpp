@@ -76,29 +76,31 @@ struct band_node_eval {
 };
 
 template <class T>
-void launch_band_multiply(const band_factor<T>& f, const cuda& on, bool left, const T* in, T* out, Index L) {
-  simt::launch("band_multiply", &band_multiply<T>, elementwise_launch(L * L), on.stream, f, left, in, out, L);
+void launch_band_multiply(const band_factor<T>& f, const cuda& on, bool left, bool lower, const T* in, T* out,
+                          Index L) {
+  simt::launch("band_multiply", &band_multiply<T>, elementwise_launch(L * L), on.stream, f, left, lower, in, out, L);
 }
 
-/// out = M B (left = false) or B M (left = true) for channel c, M = in (L, L) lower-triangular.
+/// out = M B (left = false) or B M (left = true) for channel c, M = in (L, L); lower: M is
+/// lower-triangular (the product is, and M's entries above the diagonal are not read).
 template <class Band, class T>
-void band_multiply_into(const Band& b, const cuda& on, Index c, bool left, const T* in, T* out, Index L) {
+void band_multiply_into(const Band& b, const cuda& on, Index c, bool left, bool lower, const T* in, T* out, Index L) {
   static_assert(device_band_v<Band>, "band_multiply_into: a band expression");
   if constexpr (single_band_v<Band>) {
     const device_band<T> db(b, c, on);
-    launch_band_multiply(db.f, on, left, in, out, L);
+    launch_band_multiply(db.f, on, left, lower, in, out, L);
   } else if constexpr (is_diagonal_v<Band>) {  // Product of diagonals: they commute, every step in place
-    band_multiply_into(b.left(), on, c, left, in, out, L);
-    band_multiply_into(b.right(), on, c, left, static_cast<const T*>(out), out, L);
+    band_multiply_into(b.left(), on, c, left, lower, in, out, L);
+    band_multiply_into(b.right(), on, c, left, lower, static_cast<const T*>(out), out, L);
   } else {  // Product<B1, B2>: M B1 B2 = (M B1) B2; B1 B2 M = B1 (B2 M)
     device_buffer<T> tmp(L * L, on.stream);
     const T* mid = tmp.data();
     if (left) {
-      band_multiply_into(b.right(), on, c, true, in, tmp.data(), L);
-      band_multiply_into(b.left(), on, c, true, mid, out, L);
+      band_multiply_into(b.right(), on, c, true, lower, in, tmp.data(), L);
+      band_multiply_into(b.left(), on, c, true, lower, mid, out, L);
     } else {
-      band_multiply_into(b.left(), on, c, false, in, tmp.data(), L);
-      band_multiply_into(b.right(), on, c, false, mid, out, L);
+      band_multiply_into(b.left(), on, c, false, lower, in, tmp.data(), L);
+      band_multiply_into(b.right(), on, c, false, lower, mid, out, L);
     }
   }
 }

@@ -12,7 +12,8 @@
 //                  A a band:  B's matrix, then multiplied by A on the left
 //                  a diagonal multiplies in place; otherwise through one (L, L) temporary
 //                  neither:   both matrices, then their lower-triangular product
-//                             (kernels/lower_product.hpp, O(L^3 / 6): the general fallback)
+//                             (kernels/lower_product.hpp, O(L^3 / 6): the general fallback;
+//                             the full product, O(L^3), when a factor is flipped)
 //   vector       y = A (B x) (forward) or B^T (A^T x) (transposed), O(L N) per factor
 #pragma once
 
@@ -102,7 +103,7 @@ struct cuda_eval<Product<A, B>> {
       device_buffer<T> m(L * L, on.stream);
       cuda_eval<A2>::materialize(n.left().left(), on, c, m.data(), L);
       const device_band<T> b(Product<Diagonal<T>, CausalConv<T>>(n.left().right(), n.right()), c, on);
-      launch_band_multiply(b.f, on, false, static_cast<const T*>(m.data()), out, L);
+      launch_band_multiply(b.f, on, false, is_lower_v<A2>, static_cast<const T*>(m.data()), out, L);
     } else if constexpr (device_band_v<B>) {
       multiply_by_band<T, is_diagonal_v<B>, A>(n.left(), n.right(), false, on, c, out, L);
     } else if constexpr (device_band_v<A>) {
@@ -114,7 +115,8 @@ struct cuda_eval<Product<A, B>> {
       const Index tiles = (L + tile_dim - 1) / tile_dim;
       simt::launch("lower_product_tiles", &lower_product_tiles<T>,
                    {{unsigned(tiles), unsigned(tiles)}, {tile_dim, tile_rows}, 0}, on.stream,
-                   static_cast<const T*>(ma.data()), static_cast<const T*>(mb.data()), out, L);
+                   static_cast<const T*>(ma.data()), static_cast<const T*>(mb.data()), out, L,
+                   is_lower_v<A> && is_lower_v<B>);
     }
   }
 
@@ -136,11 +138,11 @@ struct cuda_eval<Product<A, B>> {
   static void multiply_by_band(const Core& core, const Band& band, bool left, const cuda& on, Index c, T* out, Index L) {
     if constexpr (InPlace) {
       cuda_eval<Core>::materialize(core, on, c, out, L);
-      band_multiply_into(band, on, c, left, static_cast<const T*>(out), out, L);
+      band_multiply_into(band, on, c, left, is_lower_v<Core>, static_cast<const T*>(out), out, L);
     } else {
       device_buffer<T> m(L * L, on.stream);
       cuda_eval<Core>::materialize(core, on, c, m.data(), L);
-      band_multiply_into(band, on, c, left, static_cast<const T*>(m.data()), out, L);
+      band_multiply_into(band, on, c, left, is_lower_v<Core>, static_cast<const T*>(m.data()), out, L);
     }
   }
 };

@@ -6,6 +6,8 @@
 #include "causal_conv.hpp"
 #include "chunked_scan.hpp"
 #include "diagonal.hpp"
+#include "flip.hpp"
+#include "row_normalize.hpp"
 #include "linear_recurrence.hpp"
 #include "linear_recurrence_tiles.hpp"
 #include "lower_product.hpp"

@@ -2,11 +2,13 @@
 // matrix B[u, v] = d_u w[K-1-(u-v), c] for 0 <= u - v < K (PyTorch's tap order, as CausalConv):
 // a Diagonal is K = 1 without taps, a CausalConv has no d, Mamba's diag(dt) conv(w) has both.
 //   band_materialize   out = B, (L, L), zeros outside the band
-//   band_multiply      out = M B (right) or B M (left) for a lower-triangular M (L, L):
-//                        (M B)[t, s] = sum_{lag < K, s+lag <= t} M[t, s+lag] d_{s+lag} w[K-1-lag]
-//                        (B M)[t, s] = d_t sum_{lag < K, t-lag >= s} w[K-1-lag] M[t-lag, s]
-//                      zeros above the diagonal; M's entries above it are never read. O(L^2 K)
-//                      (K <= L); in place (in == out) only when K == 1
+//   band_multiply      out = M B (right) or B M (left) for M (L, L):
+//                        (M B)[t, s] = sum_{lag < K, s+lag < L} M[t, s+lag] d_{s+lag} w[K-1-lag]
+//                        (B M)[t, s] = d_t sum_{lag < K, t-lag >= 0} w[K-1-lag] M[t-lag, s]
+//                      for a lower-triangular M (lower = true) the sums stop at the diagonal
+//                      (s+lag <= t, t-lag >= s): zeros above it, M's entries there never read;
+//                      otherwise (a flipped factor) every entry. O(L^2 K) (K <= L); in place
+//                      (in == out) only when K == 1
 //   band_vector        y = B x (forward) or B^T x (transposed) for one channel's vector, O(L K)
 // One thread per output entry, grid-stride.
 #pragma once
@@ -35,11 +37,13 @@ IATTN_KERNEL IATTN_BOUNDS(elementwise_threads, 4) void band_materialize(band_fac
 }
 
 template <class T>
-IATTN_KERNEL IATTN_BOUNDS(elementwise_threads, 4) void band_multiply(band_factor<T> f, bool left, const T* in, T* out,
-                                                                     simt::index L) {
+IATTN_KERNEL IATTN_BOUNDS(elementwise_threads, 4) void band_multiply(band_factor<T> f, bool left, bool lower, const T* in,
+                                                                     T* out, simt::index L) {
   simt::grid_stride(L * L, [&](simt::index i) {
     const simt::index t = i / L, s = i - t * L;
-    const simt::index lags = simt::min_of(f.K, t - s + 1);  // <= 0 above the diagonal
+    // A lower-triangular M: the taps that meet its nonzeros (<= 0 above the diagonal); any other
+    // M (a flipped factor): every tap inside the matrix.
+    const simt::index lags = simt::min_of(f.K, lower ? t - s + 1 : (left ? t + 1 : L - s));
     T acc = T(0);
     if (left) {
       for (simt::index lag = 0; lag < lags; ++lag) acc += f.tap(lag) * in[(t - lag) * L + s];
