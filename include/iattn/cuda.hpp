@@ -10,12 +10,14 @@
 //   materialize_mean(cuda{s}, H, o)          the mean of H^c (or |H^c|) over channels, (L, L)
 //   materialize_head_means(cuda{s}, H, o)    every head's mean, (heads L, L)
 //   to_device(m, cuda{s}), to_host(dm)   host <-> device copies (backend/cuda/memory.hpp)
+//   bind(cuda{s}, H, X)            H with every GroupNorm's statistics taken from X (L, D) on the
+//                                  device (the CPU's bind(H, X)); materialize, row and col need it
 //   to_device(H, cuda{s})          H kept on the device: each coefficient copied once, not per call;
 //                                  every call above takes it in H's place (on stream s)
 //
 // Covered now: apply, materialize (one channel, every channel, channel and head means), row and
 // col (one channel, every channel) of Diagonal, CausalConv, LinearRecurrence, Semiseparable (every
-// form) and Products, Sums, scalar multiples, Flips and RowNormalizes of them (Mamba-1's chain
+// form), GroupNorm, and Products, Sums, scalar multiples, Flips and RowNormalizes of them (Mamba-1's chain
 // diag * S * diag * conv; Vision Mamba's diag * (H_f + flip(H_b))). Any other node is a compile-time error naming what is
 // covered, never a silent fallback to the CPU. Each call copies the expression's coefficients to
 // the device (once per call, however many channels it evaluates; never again for a
@@ -29,6 +31,7 @@
 #include "backend/cuda/diagonal.hpp"
 #include "backend/cuda/evaluator.hpp"
 #include "backend/cuda/flip.hpp"
+#include "backend/cuda/group_norm.hpp"
 #include "backend/cuda/linear_recurrence.hpp"
 #include "backend/cuda/memory.hpp"
 #include "backend/cuda/product.hpp"
@@ -93,7 +96,7 @@ template <Operator H, Scalar T>
 device_matrix<T> apply(cuda on, const H& h, const device_matrix<T>& X) {
   static_assert(cuda_detail::applies_v<H>,
                 "apply(iattn::cuda, H, X): the CUDA backend applies Diagonal, CausalConv, LinearRecurrence, "
-                "Semiseparable and Products, Sums, scalar multiples, Flips and RowNormalizes of these; H contains another node (docs/cuda.md lists what is "
+                "Semiseparable and Products, Sums, scalar multiples, Flips, RowNormalizes and GroupNorms of these; H contains another node (docs/cuda.md lists what is "
                 "covered)");
   static_assert(std::is_same_v<T, typename H::scalar>, "apply(iattn::cuda, H, X): X must have the expression's scalar type");
   detail::check_input(h, X.rows(), X.cols(), "apply(iattn::cuda, H, X)", "X");
@@ -108,13 +111,39 @@ Matrix<typename XD::Scalar> apply(cuda on, const H& h, const Eigen::MatrixBase<X
   return to_host(apply(on, h, to_device(X, on)));
 }
 
+/// H with every GroupNorm's statistics fixed from the expression's input X (L, D), computed on the
+/// device and copied to the host (the CPU's bind(H, X), walked the same way: a norm on the left of
+/// a product sees the right factor's output). materialize, row and col of an expression with a
+/// GroupNorm need it; apply does not (it takes the statistics from each norm's own input). Waits
+/// for on.stream.
+template <Operator H, Scalar T>
+H bind(cuda on, const H& h, const device_matrix<T>& X) {
+  static_assert(cuda_detail::applies_v<H>,
+                "bind(iattn::cuda, H, X): the CUDA backend applies Diagonal, CausalConv, LinearRecurrence, "
+                "Semiseparable, GroupNorm and Products, Sums, scalar multiples, Flips and RowNormalizes of these; H "
+                "contains another node (docs/cuda.md lists what is covered)");
+  static_assert(std::is_same_v<T, typename H::scalar>, "bind(iattn::cuda, H, X): X must have the expression's scalar type");
+  detail::check_input(h, X.rows(), X.cols(), "bind(iattn::cuda, H, X)", "X");
+  if constexpr (!has_group_norm_v<H>) {
+    return h;
+  } else {
+    return cuda_detail::device_binder<H>::bind(h, on, X.data(), X.rows(), X.cols());
+  }
+}
+
+/// bind from a host matrix (copied in).
+template <Operator H, class XD>
+H bind(cuda on, const H& h, const Eigen::MatrixBase<XD>& X) {
+  return bind(on, h, to_device(X, on));
+}
+
 /// Channel c's (L, L) matrix on the device, every entry written (zero above the diagonal for a
 /// causal H, below it for a flipped one). An expression that does not fix L takes it last.
 template <Operator H>
 device_matrix<typename H::scalar> materialize(cuda on, const H& h, Index c, Index L = any) {
   static_assert(cuda_detail::materializes_v<H>,
                 "materialize(iattn::cuda, H, c): the CUDA backend materializes Diagonal, CausalConv, "
-                "LinearRecurrence, Semiseparable and Products, Sums, scalar multiples, Flips and RowNormalizes of these; H contains another node (docs/cuda.md "
+                "LinearRecurrence, Semiseparable and Products, Sums, scalar multiples, Flips, RowNormalizes and GroupNorms of these; H contains another node (docs/cuda.md "
                 "lists what is covered)");
   const char* where = "materialize(iattn::cuda, H, c)";
   detail::check_channel(h, c, where);
@@ -129,7 +158,7 @@ template <class H>
 constexpr void require_materializes() {
   static_assert(materializes_v<H>,
                 "materialize_all / materialize_mean / materialize_head_means(iattn::cuda, H): the CUDA backend "
-                "materializes Diagonal, CausalConv, LinearRecurrence, Semiseparable and Products, Sums, scalar multiples, Flips and RowNormalizes of these; H "
+                "materializes Diagonal, CausalConv, LinearRecurrence, Semiseparable and Products, Sums, scalar multiples, Flips, RowNormalizes and GroupNorms of these; H "
                 "contains another node (docs/cuda.md lists what is covered)");
 }
 
@@ -244,7 +273,7 @@ template <Operator H>
 device_matrix<typename H::scalar> row(cuda on, const H& h, Index t, Index c, Index L = any) {
   static_assert(cuda_detail::slices_v<H>,
                 "row(iattn::cuda, H, t, c): the CUDA backend takes rows of Diagonal, CausalConv, LinearRecurrence, "
-                "Semiseparable and Products, Sums, scalar multiples, Flips and RowNormalizes of these; H contains another node (docs/cuda.md lists what is covered)");
+                "Semiseparable and Products, Sums, scalar multiples, Flips, RowNormalizes and GroupNorms of these; H contains another node (docs/cuda.md lists what is covered)");
   return cuda_detail::row_or_col(on, h, t, c, L, true);
 }
 
@@ -254,7 +283,7 @@ template <class H>
 device_matrix<typename H::scalar> row_or_col_all(const cuda& on, const H& h, Index k, Index L, bool is_row) {
   static_assert(slices_v<H>,
                 "row_all / col_all(iattn::cuda, H): the CUDA backend takes rows and columns of Diagonal, CausalConv, "
-                "LinearRecurrence, Semiseparable and Products, Sums, scalar multiples, Flips and RowNormalizes of these; H contains another node (docs/cuda.md lists "
+                "LinearRecurrence, Semiseparable and Products, Sums, scalar multiples, Flips, RowNormalizes and GroupNorms of these; H contains another node (docs/cuda.md lists "
                 "what is covered)");
   using T = typename H::scalar;
   const char* where = is_row ? "row_all(iattn::cuda, H, t)" : "col_all(iattn::cuda, H, s)";
@@ -291,7 +320,7 @@ template <Operator H>
 device_matrix<typename H::scalar> col(cuda on, const H& h, Index s, Index c, Index L = any) {
   static_assert(cuda_detail::slices_v<H>,
                 "col(iattn::cuda, H, s, c): the CUDA backend takes columns of Diagonal, CausalConv, LinearRecurrence, "
-                "Semiseparable and Products, Sums, scalar multiples, Flips and RowNormalizes of these; H contains another node (docs/cuda.md lists what is covered)");
+                "Semiseparable and Products, Sums, scalar multiples, Flips, RowNormalizes and GroupNorms of these; H contains another node (docs/cuda.md lists what is covered)");
   return cuda_detail::row_or_col(on, h, s, c, L, false);
 }
 

@@ -87,6 +87,8 @@ IATTN_EMULATED_CASE_AT("Flip apply, materialize, row, col (alone, in sums and fu
                        cuda_test::serial_matrices)
 IATTN_EMULATED_CASE_AT("RowNormalize apply, materialize, row, col", cuda_test::row_normalize_cases,
                        cuda_test::serial_matrices)
+IATTN_EMULATED_CASE_AT("GroupNorm apply, bind, and the bound materialize, row, col", cuda_test::group_norm_cases,
+                       cuda_test::serial_matrices)
 // The means' own kernel has no barrier, and the materialize kernels they call run on the serial
 // schedules above: the concurrent schedule only.
 TEST_CASE("materialize_all, channel and head means, concurrent", "[kernels][concurrent]") {
@@ -137,6 +139,15 @@ TEST_CASE("CUDA backend: errors at the door", "[kernels][errors]") {
   const Mat<float> band = to_host(materialize(cuda{}, K, 1, 5));  // ones on the diagonal and the two below
   CHECK(band.sum() == 12.0f);
   CHECK(to_host(col(cuda{}, K, 4, 3, 5))(0, 4) == 1.0f);
+  // GroupNorm: the matrices of an unbound norm need bind; one without a weight must be bound before
+  // apply (it does not fix D); bind checks X's shape.
+  const auto norm = group_norm(2, Mat<float>::Ones(1, 4));
+  CHECK_THROWS_WITH(materialize(cuda{}, norm * R, 0), Catch::Matchers::Contains("unbound GroupNorm"));
+  CHECK_THROWS_WITH(row(cuda{}, norm, 0, 0, L), Catch::Matchers::Contains("call bind(iattn::cuda, H, X) or bind(H, X) first"));
+  CHECK_THROWS_WITH(apply(cuda{}, group_norm<float>(2) * R, Mat<float>::Ones(L, 4)),
+                    Catch::Matchers::Contains("a GroupNorm without a weight and unbound does not fix its channel count"));
+  CHECK_THROWS_WITH(bind(cuda{}, norm * R, x), Catch::Matchers::Contains("bind(iattn::cuda, H, X): X has shape (9, 3) but expected (L=9, D=4)"));
+  CHECK(to_host(materialize(cuda{}, bind(cuda{}, norm * R, Mat<float>::Ones(L, 4)), 3)).allFinite());
 }
 
 // ---- the emulator itself -------------------------------------------------------------------------

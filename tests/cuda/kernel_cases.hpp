@@ -166,6 +166,13 @@ template <class T>
 MatD dense(const iattn::Semiseparable<T>& n, Index c, Index) {
   return loop_matrix(n, c);
 }
+template <class T>
+MatD dense(const iattn::GroupNorm<T>& n, Index c, Index L) {  // bound: its diagonal
+  MatD m = MatD::Zero(L, L);
+  const Index D = n.stats().channels;
+  for (Index t = 0; t < L; ++t) m(t, t) = double(n.weight_at(c)) * double(n.stats().inv_sigma(t, c / (D / n.groups())));
+  return m;
+}
 template <class A, class B>
 MatD dense(const iattn::Product<A, B>& n, Index c, Index L);
 template <class A>
@@ -882,6 +889,61 @@ void row_normalize_cases(iattn::cuda on, Check&& check, const lengths& ls) {
   }
 }
 
+/// GroupNorm: apply with statistics from its own input (RMS and centred, with and without a
+/// weight, after a mixer, inside a RowNormalize and a Flip) against the CPU and plain loops; bind
+/// on the device against the CPU's bind (statistics, and the bound expression's matrices, rows and
+/// columns against the CPU and dense loops).
+template <class T, class Check>
+void group_norm_cases(iattn::cuda on, Check&& check, const lengths& ls) {
+  for (Index L : ls.tiles) {
+    const Index D = 6, G = 2, Dg = D / G, c = L % D;
+    const Mat<T> w = uniform<T>(1, D, 0.5, 1.5);
+    const auto rms = iattn::group_norm(G, w);
+    const auto centred = iattn::group_norm(G, w, {.eps = 1e-3, .centered = true});
+    const auto plain = iattn::group_norm<T>(G);  // no weight: it does not fix D; bound before use
+    const auto R = make_recurrence<T>(L, D);
+    const auto mixer = rms * (R * iattn::causal_conv(uniform<T>(4, D, -1, 1)));  // a norm after the mixer
+    const auto rn = iattn::row_normalize(centred * iattn::linear_recurrence(uniform<T>(L, D, 0.1, 0.9),
+                                                                            uniform<T>(L, D, 0.5, 1.5)));
+    const auto flipped = iattn::flip(centred * R);
+    const Mat<T> x = uniform<T>(L, D, -1, 1);
+    const std::string what = at("group_norm", L);
+    MatD expected(L, D);  // the RMS norm by plain loops
+    for (Index t = 0; t < L; ++t)
+      for (Index g = 0; g < G; ++g) {
+        double ss = 0;
+        for (Index k = 0; k < Dg; ++k) ss += double(x(t, g * Dg + k)) * double(x(t, g * Dg + k));
+        for (Index k = 0; k < Dg; ++k)
+          expected(t, g * Dg + k) = double(w(0, g * Dg + k)) * double(x(t, g * Dg + k)) / std::sqrt(ss / Dg + 1e-5);
+      }
+    compare(check, what + " rms apply vs loops", iattn::apply(on, rms, x), expected, tolerance<T>());
+    compare(check, what + " centred apply vs cpu", iattn::apply(on, centred, x),
+            iattn::apply(centred, x).template cast<double>(), tolerance<T>());
+    compare(check, what + " norm after a mixer apply vs cpu", iattn::apply(on, mixer, x),
+            iattn::apply(mixer, x).template cast<double>(), tolerance<T>());
+    compare(check, what + " rn(norm LR) apply vs cpu", iattn::apply(on, rn, x),
+            iattn::apply(rn, x).template cast<double>(), tolerance<T>());
+    compare(check, what + " flip(norm LR) apply vs cpu", iattn::apply(on, flipped, x),
+            iattn::apply(flipped, x).template cast<double>(), tolerance<T>());
+    // bind on the device: the statistics as the CPU's bind takes them
+    const auto bp = iattn::bind(on, plain, x), bp_cpu = iattn::bind(plain, x);
+    compare(check, what + " bind: inv_sigma vs cpu", bp.stats().inv_sigma, bp_cpu.stats().inv_sigma.template cast<double>(),
+            tolerance<T>());
+    const auto bc = iattn::bind(on, centred, x), bc_cpu = iattn::bind(centred, x);
+    compare(check, what + " bind centred: mean vs cpu", bc.stats().mean, bc_cpu.stats().mean.template cast<double>(),
+            tolerance<T>());
+    compare(check, what + " bound (no weight) apply vs cpu", iattn::apply(on, bp, x),
+            iattn::apply(bp_cpu, x).template cast<double>(), tolerance<T>());
+    const auto bm = iattn::bind(on, mixer, x), bm_cpu = iattn::bind(mixer, x);
+    compare(check, what + " bind after a mixer: inv_sigma vs cpu", bm.left().stats().inv_sigma,
+            bm_cpu.left().stats().inv_sigma.template cast<double>(), tolerance<T>());
+    matrix_checks<T>(on, check, ls, bp, L, c, what + " bound norm");
+    matrix_checks<T>(on, check, ls, bm, L, c, what + " bound norm after a mixer");
+    matrix_checks<T>(on, check, ls, iattn::bind(on, rn, x), L, c, what + " bound rn(norm LR)");
+    matrix_checks<T>(on, check, ls, iattn::bind(on, flipped, x), L, c, what + " bound flip(norm LR)");
+  }
+}
+
 template <class T, class Check>
 void all_cases(iattn::cuda on, Check&& check, const lengths& ls) {
   simt_cases<T>(on, check, ls);
@@ -897,6 +959,7 @@ void all_cases(iattn::cuda on, Check&& check, const lengths& ls) {
   composite_cases<T>(on, check, ls);
   flip_cases<T>(on, check, ls);
   row_normalize_cases<T>(on, check, ls);
+  group_norm_cases<T>(on, check, ls);
   mean_cases<T>(on, check, ls);
   resident_cases<T>(on, check, ls);
 }

@@ -47,6 +47,9 @@ namespace iattn::cuda_detail {
   template __global__ void reverse_rows<T>(const T*, T*, simt::index, simt::index);                                  \
   template __global__ void fill_value<T>(T*, simt::index, T);                                                        \
   template __global__ void divide_rows<T>(const T*, const T*, T*, simt::index, simt::index);                         \
+  template __global__ void group_norm_stats<T>(const T*, simt::index, simt::index, simt::index, double, bool, T*, T*); \
+  template __global__ void group_norm_scale<T>(const T*, const T*, const T*, T*, simt::index, simt::index,            \
+                                               simt::index, simt::index, simt::index);                               \
   template __global__ void scan_vector_states<ss_vector_source<T>, T>(ss_vector_source<T>, const T*, T*, T*);        \
   template __global__ void scan_vector_states<lr_vector_source<T>, T>(lr_vector_source<T>, const T*, T*, T*);        \
   template __global__ void scan_vector_outputs<ss_vector_source<T>, T>(ss_vector_source<T>, const T*, const T*, T*); \

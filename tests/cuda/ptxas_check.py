@@ -53,6 +53,8 @@ FLOORS = {
     "reverse_rows": (256, 4),          # Flip: the token reversal
     "fill_value": (256, 4),            # RowNormalize: ones, and the division by the row sums
     "divide_rows": (256, 4),
+    "group_norm_stats": (256, 4),      # GroupNorm: statistics per (token, group), in double
+    "group_norm_scale": (256, 4),      # its diagonal, applied or written out
 }
 REGISTERS_PER_SM = 65536
 SHARED_PER_SM = {"sm_80": 164 * 1024, "sm_90": 228 * 1024}

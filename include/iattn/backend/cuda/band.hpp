@@ -7,17 +7,21 @@
 //                                    device temporary); in == out only when B is diagonal
 #pragma once
 
+#include "../../core/error.hpp"
 #include "../../ops/causal_conv.hpp"
 #include "../../ops/diagonal.hpp"
+#include "../../ops/group_norm.hpp"
 #include "../../ops/product.hpp"
 #include "kernels/band.hpp"
+#include "kernels/group_norm.hpp"
 #include "memory.hpp"
 
 #include <type_traits>
 
 namespace iattn::cuda_detail {
 
-/// Whether Node is one band_factor: Diagonal, CausalConv, or Product<Diagonal, CausalConv>.
+/// Whether Node is one band_factor: Diagonal, CausalConv, Product<Diagonal, CausalConv>, or a
+/// GroupNorm (bound: a diagonal).
 template <class Node>
 inline constexpr bool single_band_v = false;
 template <class T>
@@ -26,6 +30,8 @@ template <class T>
 inline constexpr bool single_band_v<CausalConv<T>> = true;
 template <class T>
 inline constexpr bool single_band_v<Product<Diagonal<T>, CausalConv<T>>> = true;
+template <class T>
+inline constexpr bool single_band_v<GroupNorm<T>> = true;
 
 /// Whether Node is a band the banded rewrites take: a single band or a Product of them. (A Scaled
 /// or Sum of bands is a band to the CPU's traits, is_band_v, but not here: it is materialized.)
@@ -33,6 +39,14 @@ template <class Node>
 inline constexpr bool device_band_v = single_band_v<Node>;
 template <class A, class B>
 inline constexpr bool device_band_v<Product<A, B>> = single_band_v<Product<A, B>> || (device_band_v<A> && device_band_v<B>);
+
+/// A grid-stride launch over n items: blocks of elementwise_threads, or of n rounded up to whole
+/// warps when n is smaller (a row's short vectors: no idle warps, and fewer emulated threads).
+inline simt::launch_config elementwise_launch(Index n) {
+  const unsigned threads = n >= Index(elementwise_threads) ? elementwise_threads
+                                                            : unsigned((n + simt::warp_size - 1) / simt::warp_size) * simt::warp_size;
+  return {{simt::blocks_for(n, threads)}, {threads > 0 ? threads : simt::warp_size}, 0};
+}
 
 /// A band factor's coefficients on the device and the kernels' view of channel c.
 template <class T>
@@ -43,6 +57,23 @@ struct device_band {
   device_band(const Diagonal<T>& n, Index c, const cuda& on) : d(upload(n.d(), on.stream)) {
     f = band_factor<T>{d.data(), n.d().rows(), nullptr, 1, n.channels(), c};
   }
+  /// A bound GroupNorm: channel c's diagonal weight[c] / sigma_t[g(c)], (L, 1), computed here.
+  device_band(const GroupNorm<T>& n, Index c, const cuda& on) {
+    if (!n.bound())
+      detail::fail("GroupNorm (iattn::cuda)",
+                   "the expression contains an unbound GroupNorm, whose statistics depend on the input; call "
+                   "bind(iattn::cuda, H, X) or bind(H, X) first");
+    const auto& s = n.stats();
+    const Index L = s.inv_sigma.rows();
+    if (L == 0) return;
+    const device_buffer<T> inv = upload(s.inv_sigma, on.stream);
+    if (!n.weight().empty()) w = upload(n.weight(), on.stream);
+    d = device_buffer<T>(L, on.stream);
+    simt::launch("group_norm_scale", &group_norm_scale<T>, elementwise_launch(L), on.stream, inv.data(),
+                 static_cast<const T*>(w.data()), static_cast<const T*>(nullptr), d.data(), L, s.channels, n.groups(), c,
+                 Index(1));
+    f = band_factor<T>{d.data(), L, nullptr, 1, 1, 0};
+  }
   device_band(const CausalConv<T>& n, Index c, const cuda& on) : w(upload(n.w(), on.stream)) {
     f = band_factor<T>{nullptr, 1, w.data(), n.width(), n.channels(), c};
   }
@@ -52,13 +83,6 @@ struct device_band {
   }
 };
 
-/// A grid-stride launch over n items: blocks of elementwise_threads, or of n rounded up to whole
-/// warps when n is smaller (a row's short vectors: no idle warps, and fewer emulated threads).
-inline simt::launch_config elementwise_launch(Index n) {
-  const unsigned threads = n >= Index(elementwise_threads) ? elementwise_threads
-                                                            : unsigned((n + simt::warp_size - 1) / simt::warp_size) * simt::warp_size;
-  return {{simt::blocks_for(n, threads)}, {threads > 0 ? threads : simt::warp_size}, 0};
-}
 
 /// materialize and the row/col vectors of a single band node (Diagonal, CausalConv): the node's
 /// factor of channel c on the device, then one band kernel. Their evaluators derive from it.

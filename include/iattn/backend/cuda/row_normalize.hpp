@@ -4,12 +4,15 @@
 //   apply        r = A 1 and y = A x (both (L, D)), then y / r entry by entry
 //   materialize  A^c's (L, L) matrix, r = A^c 1 (one channel's vector path), each row t / r_t
 //   vector       forward  y = (A^c x) / r;  transposed (rows)  y = (A^c)^T (x / r)
-// so materialize needs A's vector path too (every node the backend covers has one).
+// so materialize needs A's vector path too (every node the backend covers has one). An unbound
+// GroupNorm inside A is bound from x first (on the device, as the CPU's apply does), so that A 1
+// and A x see the same statistics.
 #pragma once
 
 #include "../../ops/row_normalize.hpp"
 #include "band.hpp"
 #include "evaluator.hpp"
+#include "group_norm.hpp"
 #include "kernels/row_normalize.hpp"
 
 namespace iattn::cuda_detail {
@@ -36,12 +39,11 @@ struct cuda_eval<RowNormalize<A>> {
 
   template <class T>
   static void apply(const RowNormalize<A>& n, const cuda& on, const T* x, T* y, Index L) {
-    const Index m = L * n.channels();
-    device_buffer<T> ones(m, on.stream), r(m, on.stream);
-    fill_device(on, ones.data(), m, T(1));
-    cuda_eval<A>::apply(n.inner(), on, static_cast<const T*>(ones.data()), r.data(), L);
-    cuda_eval<A>::apply(n.inner(), on, x, y, L);
-    divide_device_rows(on, static_cast<const T*>(y), static_cast<const T*>(r.data()), y, m, Index(1));
+    if constexpr (has_group_norm_v<A>) {
+      apply_inner(device_binder<A>::bind(n.inner(), on, x, L, n.channels()), on, x, y, L, n.channels());
+    } else {
+      apply_inner(n.inner(), on, x, y, L, n.channels());
+    }
   }
   template <class T>
   static void materialize(const RowNormalize<A>& n, const cuda& on, Index c, T* out, Index L) {
@@ -63,6 +65,15 @@ struct cuda_eval<RowNormalize<A>> {
   }
 
  private:
+  template <class T>
+  static void apply_inner(const A& a, const cuda& on, const T* x, T* y, Index L, Index D) {
+    const Index m = L * D;
+    device_buffer<T> ones(m, on.stream), r(m, on.stream);
+    fill_device(on, ones.data(), m, T(1));
+    cuda_eval<A>::apply(a, on, static_cast<const T*>(ones.data()), r.data(), L);
+    cuda_eval<A>::apply(a, on, x, y, L);
+    divide_device_rows(on, static_cast<const T*>(y), static_cast<const T*>(r.data()), y, m, Index(1));
+  }
   /// r = A^c 1, length L.
   template <class T>
   static device_buffer<T> row_sums(const RowNormalize<A>& n, const cuda& on, Index c, Index L) {

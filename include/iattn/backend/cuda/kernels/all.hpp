@@ -7,6 +7,7 @@
 #include "chunked_scan.hpp"
 #include "diagonal.hpp"
 #include "flip.hpp"
+#include "group_norm.hpp"
 #include "row_normalize.hpp"
 #include "linear_recurrence.hpp"
 #include "linear_recurrence_tiles.hpp"
