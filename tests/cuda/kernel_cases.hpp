@@ -173,6 +173,25 @@ MatD dense(const iattn::GroupNorm<T>& n, Index c, Index L) {  // bound: its diag
   for (Index t = 0; t < L; ++t) m(t, t) = double(n.weight_at(c)) * double(n.stats().inv_sigma(t, c / (D / n.groups())));
   return m;
 }
+template <class T>
+MatD dense(const iattn::Wkv<T>& n, Index c, Index L) {  // scores in double, each row's log-sum-exp
+  MatD m = MatD::Zero(L, L);
+  for (Index t = 0; t < L; ++t) {
+    std::vector<double> score(t + 1);
+    double top = -std::numeric_limits<double>::infinity();
+    for (Index s = 0; s <= t; ++s) {
+      double v = double(n.k()(s, c));
+      if (s == t) v += double(n.u()(0, c));
+      for (Index r = s + 1; r < t; ++r) v += double(n.decay(r, c));
+      score[s] = v;
+      top = std::max(top, v);
+    }
+    double sum = 0;
+    for (Index s = 0; s <= t; ++s) sum += std::exp(score[s] - top);
+    for (Index s = 0; s <= t; ++s) m(t, s) = std::exp(score[s] - top - std::log(sum));
+  }
+  return m;
+}
 template <class A, class B>
 MatD dense(const iattn::Product<A, B>& n, Index c, Index L);
 template <class A>
@@ -944,6 +963,35 @@ void group_norm_cases(iattn::cuda on, Check&& check, const lengths& ls) {
   }
 }
 
+/// Wkv (RWKV's normalised WKV): per-token and constant decays, a reset (w = -inf), keys of a wide
+/// spread (+-30: the log domain's running maxima), alone and behind RWKV-4's receptance diagonal:
+/// apply, materialize, rows and columns against the CPU and the score matrix by plain loops.
+template <class T, class Check>
+void wkv_cases(iattn::cuda on, Check&& check, const lengths& ls) {
+  for (Index L : ls.tiles) {
+    const Index D = 5, c = L % D;
+    Mat<T> w = uniform<T>(L, D, -1, 0);
+    if (L > 3) w.row(3).setConstant(-std::numeric_limits<T>::infinity());
+    const Mat<T> k = uniform<T>(L, D, -3, 3), wide = uniform<T>(L, D, -30, 30), u = uniform<T>(1, D, -1, 1);
+    const auto per_token = iattn::wkv(w, k, u);
+    const auto constant = iattn::wkv(uniform<T>(1, D, -1, -0.01), wide, u);
+    const auto rwkv4 = iattn::diagonal(uniform<T>(L, D, 0, 1)) * iattn::wkv(uniform<T>(1, D, -1, -0.01), k, u);
+    const Mat<T> x = uniform<T>(L, D, -1, 1);
+    const std::string what = at("wkv", L);
+    MatD expected(L, D);
+    for (Index ch = 0; ch < D; ++ch) expected.col(ch) = dense(per_token, ch, L) * x.col(ch).template cast<double>();
+    compare(check, what + " per-token decays, a reset: apply vs loops", iattn::apply(on, per_token, x), expected,
+            tolerance<T>());
+    compare(check, what + " constant decay, keys +-30: apply vs cpu", iattn::apply(on, constant, x),
+            iattn::apply(constant, x).template cast<double>(), tolerance<T>());
+    compare(check, what + " diag wkv apply vs cpu", iattn::apply(on, rwkv4, x),
+            iattn::apply(rwkv4, x).template cast<double>(), tolerance<T>());
+    matrix_checks<T>(on, check, ls, per_token, L, c, what + " per-token decays, a reset");
+    matrix_checks<T>(on, check, ls, constant, L, c, what + " constant decay, keys +-30");
+    matrix_checks<T>(on, check, ls, rwkv4, L, c, what + " diag wkv");
+  }
+}
+
 template <class T, class Check>
 void all_cases(iattn::cuda on, Check&& check, const lengths& ls) {
   simt_cases<T>(on, check, ls);
@@ -960,6 +1008,7 @@ void all_cases(iattn::cuda on, Check&& check, const lengths& ls) {
   flip_cases<T>(on, check, ls);
   row_normalize_cases<T>(on, check, ls);
   group_norm_cases<T>(on, check, ls);
+  wkv_cases<T>(on, check, ls);
   mean_cases<T>(on, check, ls);
   resident_cases<T>(on, check, ls);
 }

@@ -55,6 +55,9 @@ namespace iattn::cuda_detail {
   template __global__ void scan_vector_outputs<ss_vector_source<T>, T>(ss_vector_source<T>, const T*, const T*, T*); \
   template __global__ void scan_vector_outputs<lr_vector_source<T>, T>(lr_vector_source<T>, const T*, const T*, T*); \
   template __global__ void vector_sum_states<T>(const T*, simt::index, T*, simt::index);                            \
+  template __global__ void wkv_scan<T>(wkv_args<T>, simt::index, simt::index, const T*, simt::index, T*, T*);     \
+  template __global__ void wkv_transposed<T>(wkv_args<T>, simt::index, const T*, const T*, T*);                     \
+  template __global__ void wkv_materialize<T>(wkv_args<T>, simt::index, const T*, T*);                              \
   template __global__ void mean_accumulate<T>(T*, const T*, simt::index, T, bool, bool);
 
 IATTN_INSTANTIATE_KERNELS(float)

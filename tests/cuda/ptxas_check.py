@@ -55,6 +55,9 @@ FLOORS = {
     "divide_rows": (256, 4),
     "group_norm_stats": (256, 4),      # GroupNorm: statistics per (token, group), in double
     "group_norm_scale": (256, 4),      # its diagonal, applied or written out
+    "wkv_scan": (256, 4),              # RWKV's WKV: one channel per thread, log domain
+    "wkv_transposed": (256, 4),
+    "wkv_materialize": (256, 4),
 }
 REGISTERS_PER_SM = 65536
 SHARED_PER_SM = {"sm_80": 164 * 1024, "sm_90": 228 * 1024}

@@ -17,3 +17,4 @@
 #include "semiseparable_tiles.hpp"
 #include "semiseparable_view.hpp"
 #include "vector_scan.hpp"
+#include "wkv.hpp"
