@@ -17,7 +17,7 @@
 //
 // Covered now: apply, materialize (one channel, every channel, channel and head means), row and
 // col (one channel, every channel) of Diagonal, CausalConv, LinearRecurrence, Semiseparable (every
-// form), GroupNorm, Wkv, and Products, Sums, scalar multiples, Flips and RowNormalizes of them (Mamba-1's chain
+// form), GroupNorm, Wkv, SoftmaxAttention, and Products, Sums, scalar multiples, Flips and RowNormalizes of them (Mamba-1's chain
 // diag * S * diag * conv; Vision Mamba's diag * (H_f + flip(H_b))). Any other node is a compile-time error naming what is
 // covered, never a silent fallback to the CPU. Each call copies the expression's coefficients to
 // the device (once per call, however many channels it evaluates; never again for a
@@ -38,6 +38,7 @@
 #include "backend/cuda/row_normalize.hpp"
 #include "backend/cuda/scaled.hpp"
 #include "backend/cuda/semiseparable.hpp"
+#include "backend/cuda/softmax.hpp"
 #include "backend/cuda/tag.hpp"
 #include "backend/cuda/wkv.hpp"
 #include "backend/cuda/kernels/mean.hpp"
@@ -97,7 +98,7 @@ template <Operator H, Scalar T>
 device_matrix<T> apply(cuda on, const H& h, const device_matrix<T>& X) {
   static_assert(cuda_detail::applies_v<H>,
                 "apply(iattn::cuda, H, X): the CUDA backend applies Diagonal, CausalConv, LinearRecurrence, "
-                "Semiseparable, GroupNorm, Wkv and Products, Sums, scalar multiples, Flips and RowNormalizes of these; H contains another node (docs/cuda.md lists what is "
+                "Semiseparable, GroupNorm, Wkv, SoftmaxAttention and Products, Sums, scalar multiples, Flips and RowNormalizes of these; H contains another node (docs/cuda.md lists what is "
                 "covered)");
   static_assert(std::is_same_v<T, typename H::scalar>, "apply(iattn::cuda, H, X): X must have the expression's scalar type");
   detail::check_input(h, X.rows(), X.cols(), "apply(iattn::cuda, H, X)", "X");
@@ -121,7 +122,7 @@ template <Operator H, Scalar T>
 H bind(cuda on, const H& h, const device_matrix<T>& X) {
   static_assert(cuda_detail::applies_v<H>,
                 "bind(iattn::cuda, H, X): the CUDA backend applies Diagonal, CausalConv, LinearRecurrence, "
-                "Semiseparable, GroupNorm, Wkv and Products, Sums, scalar multiples, Flips and RowNormalizes of these; H "
+                "Semiseparable, GroupNorm, Wkv, SoftmaxAttention and Products, Sums, scalar multiples, Flips and RowNormalizes of these; H "
                 "contains another node (docs/cuda.md lists what is covered)");
   static_assert(std::is_same_v<T, typename H::scalar>, "bind(iattn::cuda, H, X): X must have the expression's scalar type");
   detail::check_input(h, X.rows(), X.cols(), "bind(iattn::cuda, H, X)", "X");
@@ -144,7 +145,7 @@ template <Operator H>
 device_matrix<typename H::scalar> materialize(cuda on, const H& h, Index c, Index L = any) {
   static_assert(cuda_detail::materializes_v<H>,
                 "materialize(iattn::cuda, H, c): the CUDA backend materializes Diagonal, CausalConv, "
-                "LinearRecurrence, Semiseparable, GroupNorm, Wkv and Products, Sums, scalar multiples, Flips and RowNormalizes of these; H contains another node (docs/cuda.md "
+                "LinearRecurrence, Semiseparable, GroupNorm, Wkv, SoftmaxAttention and Products, Sums, scalar multiples, Flips and RowNormalizes of these; H contains another node (docs/cuda.md "
                 "lists what is covered)");
   const char* where = "materialize(iattn::cuda, H, c)";
   detail::check_channel(h, c, where);
@@ -159,7 +160,7 @@ template <class H>
 constexpr void require_materializes() {
   static_assert(materializes_v<H>,
                 "materialize_all / materialize_mean / materialize_head_means(iattn::cuda, H): the CUDA backend "
-                "materializes Diagonal, CausalConv, LinearRecurrence, Semiseparable, GroupNorm, Wkv and Products, Sums, scalar multiples, Flips and RowNormalizes of these; H "
+                "materializes Diagonal, CausalConv, LinearRecurrence, Semiseparable, GroupNorm, Wkv, SoftmaxAttention and Products, Sums, scalar multiples, Flips and RowNormalizes of these; H "
                 "contains another node (docs/cuda.md lists what is covered)");
 }
 
@@ -274,7 +275,7 @@ template <Operator H>
 device_matrix<typename H::scalar> row(cuda on, const H& h, Index t, Index c, Index L = any) {
   static_assert(cuda_detail::slices_v<H>,
                 "row(iattn::cuda, H, t, c): the CUDA backend takes rows of Diagonal, CausalConv, LinearRecurrence, "
-                "Semiseparable, GroupNorm, Wkv and Products, Sums, scalar multiples, Flips and RowNormalizes of these; H contains another node (docs/cuda.md lists what is covered)");
+                "Semiseparable, GroupNorm, Wkv, SoftmaxAttention and Products, Sums, scalar multiples, Flips and RowNormalizes of these; H contains another node (docs/cuda.md lists what is covered)");
   return cuda_detail::row_or_col(on, h, t, c, L, true);
 }
 
@@ -284,7 +285,7 @@ template <class H>
 device_matrix<typename H::scalar> row_or_col_all(const cuda& on, const H& h, Index k, Index L, bool is_row) {
   static_assert(slices_v<H>,
                 "row_all / col_all(iattn::cuda, H): the CUDA backend takes rows and columns of Diagonal, CausalConv, "
-                "LinearRecurrence, Semiseparable, GroupNorm, Wkv and Products, Sums, scalar multiples, Flips and RowNormalizes of these; H contains another node (docs/cuda.md lists "
+                "LinearRecurrence, Semiseparable, GroupNorm, Wkv, SoftmaxAttention and Products, Sums, scalar multiples, Flips and RowNormalizes of these; H contains another node (docs/cuda.md lists "
                 "what is covered)");
   using T = typename H::scalar;
   const char* where = is_row ? "row_all(iattn::cuda, H, t)" : "col_all(iattn::cuda, H, s)";
@@ -321,7 +322,7 @@ template <Operator H>
 device_matrix<typename H::scalar> col(cuda on, const H& h, Index s, Index c, Index L = any) {
   static_assert(cuda_detail::slices_v<H>,
                 "col(iattn::cuda, H, s, c): the CUDA backend takes columns of Diagonal, CausalConv, LinearRecurrence, "
-                "Semiseparable, GroupNorm, Wkv and Products, Sums, scalar multiples, Flips and RowNormalizes of these; H contains another node (docs/cuda.md lists what is covered)");
+                "Semiseparable, GroupNorm, Wkv, SoftmaxAttention and Products, Sums, scalar multiples, Flips and RowNormalizes of these; H contains another node (docs/cuda.md lists what is covered)");
   return cuda_detail::row_or_col(on, h, s, c, L, false);
 }
 

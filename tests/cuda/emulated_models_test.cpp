@@ -3,9 +3,9 @@
 // out_proj(H x + beta) with H x applied on the device against the model's own forward; the
 // statistics of bind(iattn::cuda, H, x) against the CPU's bind; and, for the bound H, channels
 // 0 and D-1: the matrix (materialize), the last row and the first column against the CPU backend.
-// fp32 1e-4, fp64 1e-10 relative to 1 + the largest entry. Fourteen of the fifteen models of the
-// papers and the zoo (the softmax transformer is not on the device yet, nor the delta-rule and
-// complex-decay models); the ThreadSanitizer stage runs the kernel tests, not these.
+// fp32 1e-4, fp64 1e-10 relative to 1 + the largest entry. All fifteen models of the papers and
+// the zoo (not yet the delta-rule and complex-decay models, whose nodes are not on the device);
+// the ThreadSanitizer stage runs the kernel tests, not these.
 #include "support/model_checks.hpp"
 
 #include <iattn/cuda.hpp>
@@ -86,7 +86,8 @@ TEMPLATE_TEST_CASE("models on the CUDA backend (emulated): Mamba, Mamba-2, Griff
   IATTN_TWIN(hyena, hyena_init<T>({.d_model = 16, .l_max = 80}, 6), 16, 60);
 }
 
-TEMPLATE_TEST_CASE("models on the CUDA backend (emulated): RetNet, HGRN, HGRN2, GLA, RWKV-4, RWKV-6, linear attention, mLSTM",
+TEMPLATE_TEST_CASE("models on the CUDA backend (emulated): RetNet, HGRN, HGRN2, GLA, RWKV-4, RWKV-6, linear attention, mLSTM, "
+                   "the softmax transformer",
                    "[cuda][models]", float, double) {
   using T = TestType;
   init::generator g(300);
@@ -107,4 +108,5 @@ TEMPLATE_TEST_CASE("models on the CUDA backend (emulated): RetNet, HGRN, HGRN2, 
              32, 140);
   IATTN_TWIN(linear_attention, linear_attention_init<T>({.d_model = 32, .n_heads = 2, .d_keys = 8, .d_values = 16}, 12), 32, 120);
   IATTN_TWIN(mlstm, mlstm_init<T>({.embedding_dim = 32}, 13), 32, 130);
+  IATTN_TWIN(transformer, transformer_init<T>({.embed_dim = 32, .num_heads = 4}, 15), 32, 150);
 }

@@ -192,6 +192,25 @@ MatD dense(const iattn::Wkv<T>& n, Index c, Index L) {  // scores in double, eac
   }
   return m;
 }
+template <class T, bool Causal>
+MatD dense(const iattn::SoftmaxAttention<T, Causal>& n, Index c, Index L) {  // in double, each row's max out
+  MatD m = MatD::Zero(L, L);
+  const Index h = c / n.head_dim(), dk = n.key_dim();
+  for (Index t = 0; t < L; ++t) {
+    const Index end = Causal ? t + 1 : L;
+    std::vector<double> score(end);
+    double top = -std::numeric_limits<double>::infinity(), sum = 0;
+    for (Index s = 0; s < end; ++s) {
+      double v = 0;
+      for (Index i = 0; i < dk; ++i) v += double(n.Q()(t, h * dk + i)) * double(n.K()(s, h * dk + i));
+      score[s] = v * double(n.scale());
+      top = std::max(top, score[s]);
+    }
+    for (Index s = 0; s < end; ++s) sum += std::exp(score[s] - top);
+    for (Index s = 0; s < end; ++s) m(t, s) = std::exp(score[s] - top) / sum;
+  }
+  return m;
+}
 template <class A, class B>
 MatD dense(const iattn::Product<A, B>& n, Index c, Index L);
 template <class A>
@@ -992,6 +1011,33 @@ void wkv_cases(iattn::cuda on, Check&& check, const lengths& ls) {
   }
 }
 
+/// SoftmaxAttention, causal and bidirectional (H = 2 heads of P = 3 channels, dk = 4, scores
+/// scaled up so the rows' maxima matter), alone and behind a diagonal: apply, materialize, rows and
+/// columns against the CPU and plain loops.
+template <class T, class Check>
+void softmax_cases(iattn::cuda on, Check&& check, const lengths& ls) {
+  for (Index L : ls.tiles) {
+    const Index H = 2, P = 3, dk = 4, D = H * P, c = L % D;
+    const Mat<T> Q = uniform<T>(L, H * dk, -2, 2), K = uniform<T>(L, H * dk, -2, 2);
+    const iattn::softmax_options o{.heads = H, .head_dim = P, .scale = 2.0};
+    const auto causal = iattn::softmax_attention(Q, K, o);
+    const auto both = iattn::softmax_attention(Q, K, o, iattn::bidirectional);
+    const auto gated = iattn::diagonal(uniform<T>(L, D, -1, 1)) * causal;
+    const Mat<T> x = uniform<T>(L, D, -1, 1);
+    const std::string what = at("softmax", L);
+    MatD expected(L, D);
+    for (Index ch = 0; ch < D; ++ch) expected.col(ch) = dense(causal, ch, L) * x.col(ch).template cast<double>();
+    compare(check, what + " causal apply vs loops", iattn::apply(on, causal, x), expected, tolerance<T>());
+    compare(check, what + " bidirectional apply vs cpu", iattn::apply(on, both, x),
+            iattn::apply(both, x).template cast<double>(), tolerance<T>());
+    compare(check, what + " diag softmax apply vs cpu", iattn::apply(on, gated, x),
+            iattn::apply(gated, x).template cast<double>(), tolerance<T>());
+    matrix_checks<T>(on, check, ls, causal, L, c, what + " causal");
+    matrix_checks<T>(on, check, ls, both, L, c, what + " bidirectional");
+    matrix_checks<T>(on, check, ls, gated, L, c, what + " diag softmax");
+  }
+}
+
 template <class T, class Check>
 void all_cases(iattn::cuda on, Check&& check, const lengths& ls) {
   simt_cases<T>(on, check, ls);
@@ -1009,6 +1055,7 @@ void all_cases(iattn::cuda on, Check&& check, const lengths& ls) {
   row_normalize_cases<T>(on, check, ls);
   group_norm_cases<T>(on, check, ls);
   wkv_cases<T>(on, check, ls);
+  softmax_cases<T>(on, check, ls);
   mean_cases<T>(on, check, ls);
   resident_cases<T>(on, check, ls);
 }

@@ -58,6 +58,10 @@ namespace iattn::cuda_detail {
   template __global__ void wkv_scan<T>(wkv_args<T>, simt::index, simt::index, const T*, simt::index, T*, T*);     \
   template __global__ void wkv_transposed<T>(wkv_args<T>, simt::index, const T*, const T*, T*);                     \
   template __global__ void wkv_materialize<T>(wkv_args<T>, simt::index, const T*, T*);                              \
+  template __global__ void softmax_apply<T>(softmax_args<T>, simt::index, simt::index, const T*, simt::index, T*);  \
+  template __global__ void softmax_stats<T>(softmax_args<T>, simt::index, T*, T*);                                  \
+  template __global__ void softmax_entries<T>(softmax_args<T>, simt::index, const T*, const T*, T*);                \
+  template __global__ void softmax_transposed<T>(softmax_args<T>, simt::index, const T*, const T*, const T*, T*);   \
   template __global__ void mean_accumulate<T>(T*, const T*, simt::index, T, bool, bool);
 
 IATTN_INSTANTIATE_KERNELS(float)

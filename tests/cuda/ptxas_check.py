@@ -58,6 +58,10 @@ FLOORS = {
     "wkv_scan": (256, 4),              # RWKV's WKV: one channel per thread, log domain
     "wkv_transposed": (256, 4),
     "wkv_materialize": (256, 4),
+    "softmax_apply": (256, 4),         # the softmax transformer: online softmax per (token, channel)
+    "softmax_stats": (256, 4),
+    "softmax_entries": (256, 4),
+    "softmax_transposed": (256, 4),
 }
 REGISTERS_PER_SM = 65536
 SHARED_PER_SM = {"sm_80": 164 * 1024, "sm_90": 228 * 1024}

@@ -16,5 +16,6 @@
 #include "semiseparable_scan.hpp"
 #include "semiseparable_tiles.hpp"
 #include "semiseparable_view.hpp"
+#include "softmax.hpp"
 #include "vector_scan.hpp"
 #include "wkv.hpp"
