@@ -51,6 +51,12 @@
 #include <type_traits>
 #include <vector>
 
+/// The nodes the backend covers, for the compile-time errors of every entry point (one list).
+#define IATTN_CUDA_COVERED                                                                                        \
+  "Diagonal, CausalConv, LinearRecurrence, Semiseparable, GroupNorm, Wkv, SoftmaxAttention and Products, Sums, " \
+  "scalar multiples, Flips and RowNormalizes of these; H contains another node (docs/cuda.md lists what is "     \
+  "covered)"
+
 namespace iattn {
 
 /// An expression kept on the device: a copy of H (copies of an operator share its immutable
@@ -97,9 +103,7 @@ device_expression<H> to_device(const H& h, cuda on) {
 template <Operator H, Scalar T>
 device_matrix<T> apply(cuda on, const H& h, const device_matrix<T>& X) {
   static_assert(cuda_detail::applies_v<H>,
-                "apply(iattn::cuda, H, X): the CUDA backend applies Diagonal, CausalConv, LinearRecurrence, "
-                "Semiseparable, GroupNorm, Wkv, SoftmaxAttention and Products, Sums, scalar multiples, Flips and RowNormalizes of these; H contains another node (docs/cuda.md lists what is "
-                "covered)");
+                "apply(iattn::cuda, H, X): the CUDA backend applies " IATTN_CUDA_COVERED);
   static_assert(std::is_same_v<T, typename H::scalar>, "apply(iattn::cuda, H, X): X must have the expression's scalar type");
   detail::check_input(h, X.rows(), X.cols(), "apply(iattn::cuda, H, X)", "X");
   device_matrix<T> Y(X.rows(), X.cols(), on);
@@ -121,9 +125,7 @@ Matrix<typename XD::Scalar> apply(cuda on, const H& h, const Eigen::MatrixBase<X
 template <Operator H, Scalar T>
 H bind(cuda on, const H& h, const device_matrix<T>& X) {
   static_assert(cuda_detail::applies_v<H>,
-                "bind(iattn::cuda, H, X): the CUDA backend applies Diagonal, CausalConv, LinearRecurrence, "
-                "Semiseparable, GroupNorm, Wkv, SoftmaxAttention and Products, Sums, scalar multiples, Flips and RowNormalizes of these; H "
-                "contains another node (docs/cuda.md lists what is covered)");
+                "bind(iattn::cuda, H, X): the CUDA backend applies " IATTN_CUDA_COVERED);
   static_assert(std::is_same_v<T, typename H::scalar>, "bind(iattn::cuda, H, X): X must have the expression's scalar type");
   detail::check_input(h, X.rows(), X.cols(), "bind(iattn::cuda, H, X)", "X");
   if constexpr (!has_group_norm_v<H>) {
@@ -144,9 +146,7 @@ H bind(cuda on, const H& h, const Eigen::MatrixBase<XD>& X) {
 template <Operator H>
 device_matrix<typename H::scalar> materialize(cuda on, const H& h, Index c, Index L = any) {
   static_assert(cuda_detail::materializes_v<H>,
-                "materialize(iattn::cuda, H, c): the CUDA backend materializes Diagonal, CausalConv, "
-                "LinearRecurrence, Semiseparable, GroupNorm, Wkv, SoftmaxAttention and Products, Sums, scalar multiples, Flips and RowNormalizes of these; H contains another node (docs/cuda.md "
-                "lists what is covered)");
+                "materialize(iattn::cuda, H, c): the CUDA backend materializes " IATTN_CUDA_COVERED);
   const char* where = "materialize(iattn::cuda, H, c)";
   detail::check_channel(h, c, where);
   L = detail::resolve_length(h, L, where);
@@ -160,8 +160,7 @@ template <class H>
 constexpr void require_materializes() {
   static_assert(materializes_v<H>,
                 "materialize_all / materialize_mean / materialize_head_means(iattn::cuda, H): the CUDA backend "
-                "materializes Diagonal, CausalConv, LinearRecurrence, Semiseparable, GroupNorm, Wkv, SoftmaxAttention and Products, Sums, scalar multiples, Flips and RowNormalizes of these; H "
-                "contains another node (docs/cuda.md lists what is covered)");
+                "materializes " IATTN_CUDA_COVERED);
 }
 
 /// L resolved, and D fixed by the expression.
@@ -274,8 +273,7 @@ device_matrix<typename H::scalar> row_or_col(const cuda& on, const H& h, Index k
 template <Operator H>
 device_matrix<typename H::scalar> row(cuda on, const H& h, Index t, Index c, Index L = any) {
   static_assert(cuda_detail::slices_v<H>,
-                "row(iattn::cuda, H, t, c): the CUDA backend takes rows of Diagonal, CausalConv, LinearRecurrence, "
-                "Semiseparable, GroupNorm, Wkv, SoftmaxAttention and Products, Sums, scalar multiples, Flips and RowNormalizes of these; H contains another node (docs/cuda.md lists what is covered)");
+                "row(iattn::cuda, H, t, c): the CUDA backend takes rows of " IATTN_CUDA_COVERED);
   return cuda_detail::row_or_col(on, h, t, c, L, true);
 }
 
@@ -284,9 +282,7 @@ namespace cuda_detail {
 template <class H>
 device_matrix<typename H::scalar> row_or_col_all(const cuda& on, const H& h, Index k, Index L, bool is_row) {
   static_assert(slices_v<H>,
-                "row_all / col_all(iattn::cuda, H): the CUDA backend takes rows and columns of Diagonal, CausalConv, "
-                "LinearRecurrence, Semiseparable, GroupNorm, Wkv, SoftmaxAttention and Products, Sums, scalar multiples, Flips and RowNormalizes of these; H contains another node (docs/cuda.md lists "
-                "what is covered)");
+                "row_all / col_all(iattn::cuda, H): the CUDA backend takes rows and columns of " IATTN_CUDA_COVERED);
   using T = typename H::scalar;
   const char* where = is_row ? "row_all(iattn::cuda, H, t)" : "col_all(iattn::cuda, H, s)";
   L = resolve_channels_length(h, L, where);
@@ -321,8 +317,7 @@ device_matrix<typename H::scalar> col_all(cuda on, const H& h, Index s, Index L 
 template <Operator H>
 device_matrix<typename H::scalar> col(cuda on, const H& h, Index s, Index c, Index L = any) {
   static_assert(cuda_detail::slices_v<H>,
-                "col(iattn::cuda, H, s, c): the CUDA backend takes columns of Diagonal, CausalConv, LinearRecurrence, "
-                "Semiseparable, GroupNorm, Wkv, SoftmaxAttention and Products, Sums, scalar multiples, Flips and RowNormalizes of these; H contains another node (docs/cuda.md lists what is covered)");
+                "col(iattn::cuda, H, s, c): the CUDA backend takes columns of " IATTN_CUDA_COVERED);
   return cuda_detail::row_or_col(on, h, s, c, L, false);
 }
 
