@@ -17,8 +17,9 @@
 //
 // Covered now: apply, materialize (one channel, every channel, channel and head means), row and
 // col (one channel, every channel) of Diagonal, CausalConv, LinearRecurrence, Semiseparable (every
-// form), GroupNorm, Wkv, SoftmaxAttention, and Products, Sums, scalar multiples, Flips and RowNormalizes of them (Mamba-1's chain
-// diag * S * diag * conv; Vision Mamba's diag * (H_f + flip(H_b))). Any other node is a compile-time error naming what is
+// form), ComplexSemiseparable, GroupNorm, Wkv, SoftmaxAttention, and Products, Sums, scalar
+// multiples, Flips and RowNormalizes of them (Mamba-1's chain diag * S * diag * conv; Vision
+// Mamba's diag * (H_f + flip(H_b))). Any other node is a compile-time error naming what is
 // covered, never a silent fallback to the CPU. Each call copies the expression's coefficients to
 // the device (once per call, however many channels it evaluates; never again for a
 // device_expression) and runs on stream s.
@@ -28,6 +29,7 @@
 #pragma once
 
 #include "backend/cuda/causal_conv.hpp"
+#include "backend/cuda/complex_semiseparable.hpp"
 #include "backend/cuda/diagonal.hpp"
 #include "backend/cuda/evaluator.hpp"
 #include "backend/cuda/flip.hpp"
@@ -52,10 +54,10 @@
 #include <vector>
 
 /// The nodes the backend covers, for the compile-time errors of every entry point (one list).
-#define IATTN_CUDA_COVERED                                                                                        \
-  "Diagonal, CausalConv, LinearRecurrence, Semiseparable, GroupNorm, Wkv, SoftmaxAttention and Products, Sums, " \
-  "scalar multiples, Flips and RowNormalizes of these; H contains another node (docs/cuda.md lists what is "     \
-  "covered)"
+#define IATTN_CUDA_COVERED                                                                                      \
+  "Diagonal, CausalConv, LinearRecurrence, Semiseparable, ComplexSemiseparable, GroupNorm, Wkv, SoftmaxAttention " \
+  "and Products, Sums, scalar multiples, Flips and RowNormalizes of these; H contains another node (docs/cuda.md " \
+  "lists what is covered)"
 
 namespace iattn {
 

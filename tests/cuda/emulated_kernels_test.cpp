@@ -90,6 +90,8 @@ IATTN_EMULATED_CASE_AT("RowNormalize apply, materialize, row, col", cuda_test::r
 IATTN_EMULATED_CASE_AT("GroupNorm apply, bind, and the bound materialize, row, col", cuda_test::group_norm_cases,
                        cuda_test::serial_matrices)
 IATTN_EMULATED_CASE_AT("Wkv apply, materialize, row, col", cuda_test::wkv_cases, cuda_test::serial_matrices)
+IATTN_EMULATED_CASE_AT("ComplexSemiseparable apply, materialize, row, col (alone and diag * S * conv)",
+                       cuda_test::complex_semiseparable_cases, cuda_test::serial_matrices)
 IATTN_EMULATED_CASE_AT("SoftmaxAttention apply, materialize, row, col", cuda_test::softmax_cases, cuda_test::serial_matrices)
 // The means' own kernel has no barrier, and the materialize kernels they call run on the serial
 // schedules above: the concurrent schedule only.

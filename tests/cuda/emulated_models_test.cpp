@@ -4,8 +4,9 @@
 // statistics of bind(iattn::cuda, H, x) against the CPU's bind; and, for the bound H, channels
 // 0 and D-1: the matrix (materialize), the last row and the first column against the CPU backend.
 // fp32 1e-4, fp64 1e-10 relative to 1 + the largest entry. All fifteen models of the papers and
-// the zoo (not yet the delta-rule and complex-decay models, whose nodes are not on the device);
-// the ThreadSanitizer stage runs the kernel tests, not these.
+// the zoo, and the complex-decay models (LRU, Mamba-3, S4D as a recurrence); not yet the
+// delta-rule models, whose Transition is not on the device. The ThreadSanitizer stage runs the
+// kernel tests, not these.
 #include "support/model_checks.hpp"
 
 #include <iattn/cuda.hpp>
@@ -109,4 +110,14 @@ TEMPLATE_TEST_CASE("models on the CUDA backend (emulated): RetNet, HGRN, HGRN2, 
   IATTN_TWIN(linear_attention, linear_attention_init<T>({.d_model = 32, .n_heads = 2, .d_keys = 8, .d_values = 16}, 12), 32, 120);
   IATTN_TWIN(mlstm, mlstm_init<T>({.embedding_dim = 32}, 13), 32, 130);
   IATTN_TWIN(transformer, transformer_init<T>({.embed_dim = 32, .num_heads = 4}, 15), 32, 150);
+}
+
+TEMPLATE_TEST_CASE("models on the CUDA backend (emulated): complex decays (LRU, Mamba-3, S4D as a complex recurrence)",
+                   "[cuda][models][complex]", float, double) {
+  using T = TestType;
+  IATTN_TWIN(lru, lru_init<T>({.d_model = 12, .d_hidden = 10}, 31), 12, 160);
+  IATTN_TWIN(mamba3, mamba3_init<T>({.d_model = 16, .d_state = 8, .expand = 2, .headdim = 8, .ngroups = 1}, 32), 16, 170);
+  twins<T>(s4d_init<T>({.d_model = 16, .d_state = 16}, 33), 16,
+           [](const auto& w_, const auto& u_) { return s4d_forward(w_, u_); },
+           [](const auto& w_, const auto& u_) { return s4d_recurrent_decompose(w_, u_); }, "s4d_recurrent", 180);
 }

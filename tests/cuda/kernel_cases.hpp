@@ -16,7 +16,9 @@
 #include <iattn/cuda.hpp>
 #include <iattn/iattn.hpp>
 
+#include <algorithm>
 #include <cmath>
+#include <complex>
 #include <limits>
 #include <stdexcept>
 #include <string>
@@ -210,6 +212,26 @@ MatD dense(const iattn::SoftmaxAttention<T, Causal>& n, Index c, Index L) {  // 
     for (Index s = 0; s < end; ++s) m(t, s) = std::exp(score[s] - top) / sum;
   }
   return m;
+}
+/// Channel c's matrix: H[t, s] = Re sum_m C_t[m] (e^{lambda_{s+1}} ... e^{lambda_t}) B_s[m], the
+/// complex decays multiplied one token at a time in std::complex<double>.
+template <class T>
+MatD dense(const iattn::ComplexSemiseparable<T>& n, Index c, Index L) {
+  using cplx = std::complex<double>;
+  const Index N = n.state(), h = n.head_of(c), g = n.group_of_head(h);
+  auto entry = [&](const iattn::coefficient<T>& re, const iattn::coefficient<T>& im, Index t, Index m) {
+    return cplx(double(re(t, g * N + m)), double(im(t, g * N + m)));
+  };
+  MatD M = MatD::Zero(L, L);
+  for (Index m = 0; m < N; ++m)
+    for (Index s = 0; s < L; ++s) {
+      cplx e(1.0, 0.0);
+      for (Index t = s; t < L; ++t) {
+        if (t > s) e *= std::exp(cplx(double(n.log_mag_at(t, h, m)), double(n.angle_at(t, h, m))));
+        M(t, s) += (entry(n.C_re(), n.C_im(), t, m) * e * entry(n.B_re(), n.B_im(), s, m)).real();
+      }
+    }
+  return M;
 }
 template <class A, class B>
 MatD dense(const iattn::Product<A, B>& n, Index c, Index L);
@@ -1011,6 +1033,67 @@ void wkv_cases(iattn::cuda on, Check&& check, const lengths& ls) {
   }
 }
 
+/// ComplexSemiseparable: per-token magnitudes and angles (angles up to +-40 rad, a reset at token
+/// 3) with heads, channels per head and groups, and decays fixed over tokens (the LRU's and
+/// S4D's form); N = 3 (one lane of 4), 40 (64 lanes) and 300 (128 lanes of 3): apply against plain
+/// loops at the scan's chunk tails, materialize, rows and columns, alone and as Mamba-3's
+/// diag * S * conv.
+template <class T, class Check>
+void complex_semiseparable_cases(iattn::cuda on, Check&& check, const lengths& ls) {
+  struct config {
+    const char* name;
+    Index H, P, G, N;
+    bool fixed;  // rho and theta one row for every token
+  };
+  const config configs[] = {{"per-token, H=2 P=3 G=1 N=3", 2, 3, 1, 3, false},
+                            {"fixed decays, H=4 P=1 G=2 N=40", 4, 1, 2, 40, true},
+                            {"per-token, H=1 P=2 N=300", 1, 2, 1, 300, false}};
+  auto make = [](const config& k, Index L) {
+    const Index rows = k.fixed ? 1 : L;
+    Mat<T> rho = uniform<T>(rows, k.H * k.N, -0.6, 0.0);
+    if (!k.fixed && L > 3) rho.row(3).setConstant(-std::numeric_limits<T>::infinity());
+    const double angles = k.fixed ? 3.2 : 40.0;
+    return iattn::complex_semiseparable(rho, uniform<T>(rows, k.H * k.N, -angles, angles),
+                                        uniform<T>(L, k.G * k.N, -1, 1), uniform<T>(L, k.G * k.N, -1, 1),
+                                        uniform<T>(L, k.G * k.N, -1, 1), uniform<T>(L, k.G * k.N, -1, 1),
+                                        iattn::complex_semiseparable_options{.heads = k.H, .head_dim = k.P, .groups = k.G});
+  };
+  // simt::sincos, the scan's own (host and device): against std::sin and std::cos in double.
+  for (double range : {1.0, 100.0, 1.5e6}) {
+    double err = 0;
+    const Mat<T> x = uniform<T>(1, 4096, -range, range);
+    for (Index i = 0; i < x.cols(); ++i) {
+      T s, c;
+      iattn::simt::sincos(x(0, i), s, c);
+      err = std::max({err, std::abs(double(s) - std::sin(double(x(0, i)))), std::abs(double(c) - std::cos(double(x(0, i))))});
+    }
+    check("simt::sincos |x| <= " + std::to_string(range), err, std::is_same_v<T, float> ? 2e-7 : 5e-16);
+  }
+  for (const config& k : configs) {
+    const Index D = k.H * k.P;
+    for (Index L : ls.scan) {
+      if (k.N > 100 && L > 100) continue;  // the wide state at the chunk tails only
+      const auto S = make(k, L);
+      const Mat<T> x = uniform<T>(L, D, -1, 1);
+      MatD expected(L, D);
+      for (Index ch = 0; ch < D; ++ch) expected.col(ch) = dense(S, ch, L) * x.col(ch).template cast<double>();
+      compare(check, at("complex semiseparable", L) + " " + k.name + ": apply vs loops", iattn::apply(on, S, x),
+              expected, tolerance<T>());
+    }
+    for (Index L : ls.tiles) {
+      if (k.N > 100 && L > 40) continue;
+      const auto S = make(k, L);
+      const Index c = L % D;
+      matrix_checks<T>(on, check, ls, S, L, c, at("complex semiseparable", L) + " " + k.name);
+      const auto mamba3 = iattn::diagonal(uniform<T>(L, D, -1, 1)) * S * iattn::causal_conv(uniform<T>(4, D, -1, 1));
+      const Mat<T> x = uniform<T>(L, D, -1, 1);
+      compare(check, at("diag complex conv", L) + " " + k.name + ": apply vs cpu", iattn::apply(on, mamba3, x),
+              iattn::apply(mamba3, x).template cast<double>(), tolerance<T>());
+      matrix_checks<T>(on, check, ls, mamba3, L, c, at("diag complex conv", L) + " " + k.name);
+    }
+  }
+}
+
 /// SoftmaxAttention, causal and bidirectional (H = 2 heads of P = 3 channels, dk = 4, scores
 /// scaled up so the rows' maxima matter), alone and behind a diagonal: apply, materialize, rows and
 /// columns against the CPU and plain loops.
@@ -1055,6 +1138,7 @@ void all_cases(iattn::cuda on, Check&& check, const lengths& ls) {
   row_normalize_cases<T>(on, check, ls);
   group_norm_cases<T>(on, check, ls);
   wkv_cases<T>(on, check, ls);
+  complex_semiseparable_cases<T>(on, check, ls);
   softmax_cases<T>(on, check, ls);
   mean_cases<T>(on, check, ls);
   resident_cases<T>(on, check, ls);

@@ -62,6 +62,13 @@ namespace iattn::cuda_detail {
   template __global__ void softmax_stats<T>(softmax_args<T>, simt::index, T*, T*);                                  \
   template __global__ void softmax_entries<T>(softmax_args<T>, simt::index, const T*, const T*, T*);                \
   template __global__ void softmax_transposed<T>(softmax_args<T>, simt::index, const T*, const T*, const T*, T*);   \
+  template __global__ void cs_chunk_states<T, 1>(cs_scan_args<T>, T*, T*, T*, T*);                                \
+  template __global__ void cs_chunk_states<T, 2>(cs_scan_args<T>, T*, T*, T*, T*);                                \
+  template __global__ void cs_chunk_states<T, 4>(cs_scan_args<T>, T*, T*, T*, T*);                                \
+  template __global__ void cs_chunk_outputs<T, 1>(cs_scan_args<T>, const T*, const T*, T*);                       \
+  template __global__ void cs_chunk_outputs<T, 2>(cs_scan_args<T>, const T*, const T*, T*);                       \
+  template __global__ void cs_chunk_outputs<T, 4>(cs_scan_args<T>, const T*, const T*, T*);                       \
+  template __global__ void cs_chunk_carry<T>(T*, T*, const T*, const T*, simt::index, simt::index);               \
   template __global__ void mean_accumulate<T>(T*, const T*, simt::index, T, bool, bool);
 
 IATTN_INSTANTIATE_KERNELS(float)

@@ -62,6 +62,9 @@ FLOORS = {
     "softmax_stats": (256, 4),
     "softmax_entries": (256, 4),
     "softmax_transposed": (256, 4),
+    "cs_chunk_states": (128, 4),       # ComplexSemiseparable: up to 4 complex states per thread
+    "cs_chunk_outputs": (128, 4),      #   (the lane layout of ss_chunk_*), 16 KiB shared (double)
+    "cs_chunk_carry": (256, 4),
 }
 REGISTERS_PER_SM = 65536
 SHARED_PER_SM = {"sm_80": 164 * 1024, "sm_90": 228 * 1024}

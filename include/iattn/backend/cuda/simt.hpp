@@ -11,7 +11,7 @@
 //   dynamic_shared<T>()                                  the launch's dynamic shared memory
 //   shfl_xor(v, mask, width), shfl_down(v, delta, width) __shfl_xor_sync / __shfl_down_sync, full mask
 //   warp_sum(v, width), block_sum(v, scratch)            reductions built on them
-//   exp(x), min_of(a, b)                                 the math kernels use, host and device
+//   exp(x), sincos(x, s, c), min_of(a, b)                the math kernels use, host and device
 //   IATTN_BOUNDS(threads, min_blocks)                    __launch_bounds__ (nothing when emulated)
 //   IATTN_UNROLL                                         #pragma unroll (nothing when emulated)
 //
@@ -151,6 +151,46 @@ IATTN_HOST_DEVICE inline double exp(double x) {
 #else
   return std::exp(x);
 #endif
+}
+
+/// s = sin x, c = cos x, the same code on the host and the device (no library call: CUDA's
+/// sincos keeps a local-memory array for its slow range reduction). x = q pi/2 + r with q the
+/// nearest integer to x 2/pi (the 1.5 * 2^52 rounding trick) and r = x - q pi/2 in double by
+/// fdlibm's three-part Cody-Waite split of pi/2 (33 significant bits per part: exact products for
+/// |q| < 2^20, so |x| up to 1.6e6 reduces to full accuracy); then Cephes' minimax polynomials on
+/// [-pi/4, pi/4] in T (about 1 ulp), picked and signed by q mod 4. NaN and infinities give NaN.
+template <class T>
+IATTN_HOST_DEVICE inline void sincos(T x, T& s, T& c) {
+  const double magic = 6755399441055744.0;  // 1.5 * 2^52
+  const double xd = double(x);
+  const double q = (xd * 0.636619772367581343075535053490057448 + magic) - magic;
+  double rd = xd - q * 1.57079632673412561417e+00;
+  rd = rd - q * 6.07710050630396597660e-11;
+  rd = rd - q * 2.02226624871116645580e-21;
+  const T r = T(rd), z = r * r;
+  T sp, cp;
+  if constexpr (sizeof(T) <= 4) {
+    sp = (T(-1.9515295891e-4) * z + T(8.3321608736e-3)) * z + T(-1.6666654611e-1);
+    cp = (T(2.443315711809948e-5) * z + T(-1.388731625493765e-3)) * z + T(4.166664568298827e-2);
+  } else {
+    sp = T(1.58962301576546568060e-10) * z + T(-2.50507477628578072866e-8);
+    sp = sp * z + T(2.75573136213857245213e-6);
+    sp = sp * z + T(-1.98412698295895385996e-4);
+    sp = sp * z + T(8.33333333332211858878e-3);
+    sp = sp * z + T(-1.66666666666666307295e-1);
+    cp = T(-1.13585365213876817300e-11) * z + T(2.08757008419747316778e-9);
+    cp = cp * z + T(-2.75573141792967388112e-7);
+    cp = cp * z + T(2.48015872888517045348e-5);
+    cp = cp * z + T(-1.38888888888730564116e-3);
+    cp = cp * z + T(4.16666666666665929218e-2);
+  }
+  const T sr = r * z * sp + r, cr = z * z * cp + (T(1) - T(0.5) * z);
+  // q mod 4 in {0, 1, 2, 3}: sin x = (S, C, -S, -C)[j], cos x = (C, -S, -C, S)[j].
+  const double q4 = q - 4.0 * ((q * 0.25 + magic) - magic);  // in [-2, 2]
+  const int j = q4 == q4 ? int(q4 < 0 ? q4 + 4 : q4) & 3 : 0;  // NaN: any j (s and c are NaN)
+  const T sign = j >= 2 ? T(-1) : T(1);
+  s = sign * ((j & 1) ? cr : sr);
+  c = sign * ((j & 1) ? -sr : cr);
 }
 
 template <class V>

@@ -5,6 +5,7 @@
 #include "band.hpp"
 #include "causal_conv.hpp"
 #include "chunked_scan.hpp"
+#include "complex_scan.hpp"
 #include "diagonal.hpp"
 #include "flip.hpp"
 #include "group_norm.hpp"
