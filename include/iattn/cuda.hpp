@@ -17,7 +17,7 @@
 //
 // Covered now: apply, materialize (one channel, every channel, channel and head means), row and
 // col (one channel, every channel) of Diagonal, CausalConv, LinearRecurrence, Semiseparable (every
-// form), ComplexSemiseparable, GroupNorm, Wkv, SoftmaxAttention, and Products, Sums, scalar
+// form), ComplexSemiseparable, Transition, GroupNorm, Wkv, SoftmaxAttention, and Products, Sums, scalar
 // multiples, Flips and RowNormalizes of them (Mamba-1's chain diag * S * diag * conv; Vision
 // Mamba's diag * (H_f + flip(H_b))). Any other node is a compile-time error naming what is
 // covered, never a silent fallback to the CPU. Each call copies the expression's coefficients to
@@ -42,6 +42,7 @@
 #include "backend/cuda/semiseparable.hpp"
 #include "backend/cuda/softmax.hpp"
 #include "backend/cuda/tag.hpp"
+#include "backend/cuda/transition.hpp"
 #include "backend/cuda/wkv.hpp"
 #include "backend/cuda/kernels/mean.hpp"
 #include "core/error.hpp"
@@ -55,9 +56,9 @@
 
 /// The nodes the backend covers, for the compile-time errors of every entry point (one list).
 #define IATTN_CUDA_COVERED                                                                                      \
-  "Diagonal, CausalConv, LinearRecurrence, Semiseparable, ComplexSemiseparable, GroupNorm, Wkv, SoftmaxAttention " \
-  "and Products, Sums, scalar multiples, Flips and RowNormalizes of these; H contains another node (docs/cuda.md " \
-  "lists what is covered)"
+  "Diagonal, CausalConv, LinearRecurrence, Semiseparable, ComplexSemiseparable, Transition, GroupNorm, Wkv, "     \
+  "SoftmaxAttention and Products, Sums, scalar multiples, Flips and RowNormalizes of these; H contains another "  \
+  "node (docs/cuda.md lists what is covered)"
 
 namespace iattn {
 

@@ -44,10 +44,12 @@ constexpr bool under_tsan = false;
 constexpr bool under_tsan = false;
 #endif
 /// The concurrent schedule's lengths: under ThreadSanitizer (5-15x slower) the serial ones, which
-/// reach the same tails and code paths, with the rows and columns of the matrix cases.
+/// reach the same tails and code paths, with the rows and columns of the matrix cases (without
+/// the widest configurations: the 8-lane Transition already shuffles).
 const cuda_test::lengths tsan_lengths = [] {
   cuda_test::lengths l = cuda_test::serial;
   l.slices = true;
+  l.widest = false;
   return l;
 }();
 const cuda_test::lengths& concurrent_lengths = under_tsan ? tsan_lengths : cuda_test::emulated;
@@ -92,6 +94,8 @@ IATTN_EMULATED_CASE_AT("GroupNorm apply, bind, and the bound materialize, row, c
 IATTN_EMULATED_CASE_AT("Wkv apply, materialize, row, col", cuda_test::wkv_cases, cuda_test::serial_matrices)
 IATTN_EMULATED_CASE_AT("ComplexSemiseparable apply, materialize, row, col (alone and diag * S * conv)",
                        cuda_test::complex_semiseparable_cases, cuda_test::serial_matrices)
+IATTN_EMULATED_CASE_AT("Transition apply, materialize, row, col (the delta-rule family, alone and diag * S * conv)",
+                       cuda_test::transition_cases, cuda_test::serial_shuffles)
 IATTN_EMULATED_CASE_AT("SoftmaxAttention apply, materialize, row, col", cuda_test::softmax_cases, cuda_test::serial_matrices)
 // The means' own kernel has no barrier, and the materialize kernels they call run on the serial
 // schedules above: the concurrent schedule only.

@@ -38,6 +38,7 @@ using MatD = iattn::Matrix<double>;
 struct lengths {
   std::vector<Index> elementwise, scan, tiles;
   bool slices = true;  ///< the matrix cases also take rows and columns (barrier-free kernels)
+  bool widest = true;  ///< the cases' widest configurations too (Transition's 32 lanes)
 };
 /// The emulated concurrent schedule (float and double).
 inline const lengths emulated = {{1, 7, 65, 257}, {1, 7, 64, 65, 1000}, {1, 31, 32, 33, 100}};
@@ -48,6 +49,10 @@ inline const lengths serial = {{7, 65}, {7, 65, 130}, {33, 70}, false};
 /// with a diagonal and an off-diagonal tile, enough for their barriers (the concurrent schedule
 /// reaches every tail).
 inline const lengths serial_matrices = {{7, 65}, {7, 65, 130}, {33}, false};
+/// The serial schedules for the recurrences whose every token is a warp shuffle (Transition): the
+/// emulator runs a shuffle's 32 lanes one at a time, so one scan length and one matrix length, and
+/// at most 8 lanes per column.
+inline const lengths serial_shuffles = {{7}, {65}, {33}, false, false};
 /// A GPU.
 inline const lengths gpu = {{1, 7, 65, 257, 1000, 4097}, {1, 7, 64, 65, 257, 1000, 4097, 20000}, {1, 31, 32, 33, 100, 257, 1000}};
 
@@ -222,15 +227,48 @@ MatD dense(const iattn::ComplexSemiseparable<T>& n, Index c, Index L) {
   auto entry = [&](const iattn::coefficient<T>& re, const iattn::coefficient<T>& im, Index t, Index m) {
     return cplx(double(re(t, g * N + m)), double(im(t, g * N + m)));
   };
+  std::vector<cplx> f(static_cast<std::size_t>(L * N));  // e^{lambda_t[m]}
+  for (Index t = 0; t < L; ++t)
+    for (Index m = 0; m < N; ++m)
+      f[std::size_t(t * N + m)] = std::exp(cplx(double(n.log_mag_at(t, h, m)), double(n.angle_at(t, h, m))));
   MatD M = MatD::Zero(L, L);
   for (Index m = 0; m < N; ++m)
     for (Index s = 0; s < L; ++s) {
-      cplx e(1.0, 0.0);
+      cplx e = entry(n.B_re(), n.B_im(), s, m);  // e^{lambda_t} ... e^{lambda_{s+1}} B_s
       for (Index t = s; t < L; ++t) {
-        if (t > s) e *= std::exp(cplx(double(n.log_mag_at(t, h, m)), double(n.angle_at(t, h, m))));
-        M(t, s) += (entry(n.C_re(), n.C_im(), t, m) * e * entry(n.B_re(), n.B_im(), s, m)).real();
+        if (t > s) e *= f[std::size_t(t * N + m)];
+        M(t, s) += (entry(n.C_re(), n.C_im(), t, m) * e).real();
       }
     }
+  return M;
+}
+
+/// Channel c's matrix: H[t, s] = q_t^T A_t ... A_{s+1} k_s, the transitions
+/// A_t = Diag(e^{lambda_t}) + sum_r b_{t,r} a_{t,r}^T formed as N x N matrices in double and
+/// applied to k_s one token at a time.
+template <class T>
+MatD dense(const iattn::Transition<T>& n, Index c, Index L) {
+  const Index N = n.state(), R = n.rank(), h = n.head_of(c);
+  auto row = [&](const iattn::coefficient<T>& m, Index t, Index off) {
+    Eigen::VectorXd v(N);
+    for (Index i = 0; i < N; ++i) v(i) = double(m(t, off + i));
+    return v;
+  };
+  std::vector<MatD> A(static_cast<std::size_t>(L));
+  for (Index t = 0; t < L; ++t) {
+    MatD a = MatD::Zero(N, N);
+    for (Index i = 0; i < N; ++i) a(i, i) = std::exp(double(n.log_decay(t, h, i)));
+    for (Index r = 0; r < R; ++r) a += row(n.b(), t, (h * R + r) * N) * row(n.a(), t, (h * R + r) * N).transpose();
+    A[std::size_t(t)] = a;
+  }
+  MatD M = MatD::Zero(L, L);
+  for (Index s = 0; s < L; ++s) {
+    Eigen::VectorXd v = row(n.k(), s, h * N);  // A_t ... A_{s+1} k_s
+    for (Index t = s; t < L; ++t) {
+      if (t > s) v = A[std::size_t(t)] * v;
+      M(t, s) = row(n.q(), t, h * N).dot(v);
+    }
+  }
   return M;
 }
 template <class A, class B>
@@ -1094,6 +1132,73 @@ void complex_semiseparable_cases(iattn::cuda on, Check&& check, const lengths& l
   }
 }
 
+/// Transition, the delta-rule family: Gated DeltaNet (one gate per head, L2-normalised keys, a
+/// reset g = -inf at token 3; H = 2 heads of P = 3, N = 8: one lane of 8 states), KDA (per-key
+/// gates, N = 40: 8 lanes of 8), DeltaProduct's rank 2 through transition() (N = 130: 32 lanes
+/// of 8, the widest), and rank 0 (a diagonal recurrence, N = 3: one lane of 4): apply against the
+/// dense transitions' products at the lengths of the scan cases (up to 65 tokens for the wide
+/// states), materialize, rows and columns, alone and (the narrow states) behind a diagonal and a
+/// convolution.
+template <class T, class Check>
+void transition_cases(iattn::cuda on, Check&& check, const lengths& ls) {
+  struct config {
+    const char* name;
+    Index H, P, N, R;
+    int form;  // 0 gated delta rule, 1 KDA, 2 transition() with rank R
+  };
+  const config configs[] = {{"gated delta rule, H=2 P=3 N=8", 2, 3, 8, 1, 0},
+                            {"kimi delta rule, H=1 P=2 N=40", 1, 2, 40, 1, 1},
+                            {"rank 2, H=1 P=1 N=130", 1, 1, 130, 2, 2},
+                            {"rank 0, H=2 P=1 N=3", 2, 1, 3, 0, 2}};
+  auto normalised = [](Mat<T> m, Index N) {  // each head's key of unit length, as the models'
+    for (Index t = 0; t < m.rows(); ++t)
+      for (Index j = 0; j < m.cols(); j += N) m.row(t).segment(j, N).normalize();
+    return m;
+  };
+  auto make = [&](const config& k, Index L) {
+    const Index H = k.H, N = k.N;
+    const iattn::transition_options o{.heads = H, .head_dim = k.P};
+    const Mat<T> q = uniform<T>(L, H * N, -1, 1), key = normalised(uniform<T>(L, H * N, -1, 1), N);
+    const Mat<T> beta = uniform<T>(L, H, 0, 1.9);
+    if (k.form == 0) {
+      Mat<T> g = uniform<T>(L, H, -0.5, 0);
+      if (L > 3) g.row(3).setConstant(-std::numeric_limits<T>::infinity());
+      return iattn::gated_delta_rule(q, key, beta, g, o);
+    }
+    if (k.form == 1) return iattn::kimi_delta_rule(q, key, beta, uniform<T>(L, H * N, -0.5, 0), o);
+    const Mat<T> a = uniform<T>(L, H * k.R * N, -1, 1), b = Mat<T>(uniform<T>(L, H * k.R * N, -1, 1) / T(N));
+    return iattn::transition(uniform<T>(L, H * N, -0.3, 0), a, b, q, key,
+                             iattn::transition_options{.heads = H, .head_dim = k.P, .rank = k.R});
+  };
+  for (const config& k : configs) {
+    if (k.N > 100 && !ls.widest) continue;
+    const Index D = k.H * k.P;
+    const bool wide = k.N > 16;  // several lanes: the emulator's shuffles are slow, so shorter lengths
+    for (Index L : ls.scan) {
+      if (wide && L > 65) continue;
+      const auto S = make(k, L);
+      const Mat<T> x = uniform<T>(L, D, -1, 1);
+      MatD expected(L, D);
+      for (Index ch = 0; ch < D; ++ch) expected.col(ch) = dense(S, ch, L) * x.col(ch).template cast<double>();
+      compare(check, at("transition", L) + " " + k.name + ": apply vs the transitions' products", iattn::apply(on, S, x),
+              expected, tolerance<T>());
+    }
+    for (Index L : ls.tiles) {
+      if (wide && L > 33) continue;
+      if (k.N > 100 && L != 1 && L != 33) continue;  // the widest: the lengths around one warp's worth
+      const auto S = make(k, L);
+      const Index c = L % D;
+      matrix_checks<T>(on, check, ls, S, L, c, at("transition", L) + " " + k.name);
+      if (wide) continue;  // the products' own passes do not depend on N
+      const auto gdn = iattn::diagonal(uniform<T>(L, D, -1, 1)) * S * iattn::causal_conv(uniform<T>(4, D, -1, 1));
+      const Mat<T> x = uniform<T>(L, D, -1, 1);
+      compare(check, at("diag transition conv", L) + " " + k.name + ": apply vs cpu", iattn::apply(on, gdn, x),
+              iattn::apply(gdn, x).template cast<double>(), tolerance<T>());
+      matrix_checks<T>(on, check, ls, gdn, L, c, at("diag transition conv", L) + " " + k.name);
+    }
+  }
+}
+
 /// SoftmaxAttention, causal and bidirectional (H = 2 heads of P = 3 channels, dk = 4, scores
 /// scaled up so the rows' maxima matter), alone and behind a diagonal: apply, materialize, rows and
 /// columns against the CPU and plain loops.
@@ -1139,6 +1244,7 @@ void all_cases(iattn::cuda on, Check&& check, const lengths& ls) {
   group_norm_cases<T>(on, check, ls);
   wkv_cases<T>(on, check, ls);
   complex_semiseparable_cases<T>(on, check, ls);
+  transition_cases<T>(on, check, ls);
   softmax_cases<T>(on, check, ls);
   mean_cases<T>(on, check, ls);
   resident_cases<T>(on, check, ls);

@@ -18,5 +18,6 @@
 #include "semiseparable_tiles.hpp"
 #include "semiseparable_view.hpp"
 #include "softmax.hpp"
+#include "transition.hpp"
 #include "vector_scan.hpp"
 #include "wkv.hpp"
