@@ -4,9 +4,9 @@
 // statistics of bind(iattn::cuda, H, x) against the CPU's bind; and, for the bound H, channels
 // 0 and D-1: the matrix (materialize), the last row and the first column against the CPU backend.
 // fp32 1e-4, fp64 1e-10 relative to 1 + the largest entry. All fifteen models of the papers and
-// the zoo, and the complex-decay models (LRU, Mamba-3, S4D as a recurrence); not yet the
-// delta-rule models, whose Transition is not on the device. The ThreadSanitizer stage runs the
-// kernel tests, not these.
+// the zoo, the complex-decay models (LRU, Mamba-3, S4D as a recurrence) and the delta-rule
+// family (Qwen3-Next, DeltaNet, Gated DeltaNet, KDA, RWKV-7, DeltaProduct). The ThreadSanitizer
+// stage runs the kernel tests, not these.
 #include "support/model_checks.hpp"
 
 #include <iattn/cuda.hpp>
@@ -120,4 +120,36 @@ TEMPLATE_TEST_CASE("models on the CUDA backend (emulated): complex decays (LRU, 
   twins<T>(s4d_init<T>({.d_model = 16, .d_state = 16}, 33), 16,
            [](const auto& w_, const auto& u_) { return s4d_forward(w_, u_); },
            [](const auto& w_, const auto& u_) { return s4d_recurrent_decompose(w_, u_); }, "s4d_recurrent", 180);
+}
+
+TEMPLATE_TEST_CASE("models on the CUDA backend (emulated): the delta-rule family (Qwen3-Next, DeltaNet, Gated DeltaNet, "
+                   "KDA, RWKV-7, DeltaProduct)",
+                   "[cuda][models][delta]", float, double) {
+  using T = TestType;
+  init::generator g(400);
+  auto qn = qwen3_next_init<T>({.hidden_size = 24, .linear_num_value_heads = 4, .linear_num_key_heads = 2,
+                                .linear_key_head_dim = 8, .linear_value_head_dim = 6, .linear_conv_kernel_dim = 4,
+                                .initializer_range = 0.3},
+                               41);
+  qn.A_log = init::uniform<T>(g, 1, 4, -4.0, 0.5);
+  IATTN_TWIN(qwen3_next, qn, 24, 410);
+  for (bool gated : {false, true}) {
+    auto dn = deltanet_init<T>({.hidden_size = 24, .head_dim = 8, .expand_v = 0.75, .num_heads = 2, .num_v_heads = gated ? 4 : 2,
+                                .gated = gated, .initializer_range = 0.3},
+                               42);
+    dn.o_norm_weight = init::uniform<T>(g, 1, dn.config.head_v_dim(), 0.5, 1.5);
+    IATTN_TWIN(deltanet, dn, 24, 420);
+  }
+  IATTN_TWIN(kimi_linear, kimi_linear_init<T>({.hidden_size = 24, .linear_num_heads = 3, .linear_head_dim = 6,
+                                               .initializer_range = 0.3},
+                                              43),
+             24, 430);
+  auto r7 = rwkv7_init<T>({.hidden_size = 24, .head_dim = 8, .value_dim = 0, .decay_low_rank_dim = 4, .a_low_rank_dim = 4,
+                           .v_low_rank_dim = 4, .gate_low_rank_dim = 6, .layer_idx = 0, .num_hidden_layers = 3},
+                          44);
+  // Every weight drawn: the reference init zeroes o_proj and the first LoRA layers.
+  for (Matrix<T>* m : {&r7.w_lora_lora_0_weight, &r7.a_lora_lora_0_weight, &r7.g_lora_lora_0_weight, &r7.o_proj_weight})
+    *m = init::normal<T>(g, m->rows(), m->cols(), 0.3);
+  IATTN_TWIN(rwkv7, r7, 24, 440);
+  IATTN_TWIN(deltaproduct, deltaproduct_init<T>({.hidden_size = 24, .head_dim = 6, .num_heads = 2}, 45), 24, 450);
 }
