@@ -126,6 +126,18 @@ TEST_CASE("CUDA backend: errors at the door", "[kernels][errors]") {
   const Mat<float> m = to_host(materialize(cuda{}, S, 0));
   CHECK(std::abs(m(L - 1, 0) / (600.0f * std::exp(-0.1f * (L - 1))) - 1.0f) < 1e-5f);
   CHECK_THROWS_WITH(materialize(cuda{}, S, 1), Catch::Matchers::Contains("channel c = 1 is out of range [0, 1)"));
+  // The complex scan and the delta-rule recurrence: their own limits, named (no fallback).
+  const Mat<float> z = Mat<float>::Zero(1, 520), wide = Mat<float>::Ones(L, 520);
+  const auto CS = complex_semiseparable(z, z, wide, wide, wide, wide, {.heads = 1});
+  CHECK_THROWS_WITH(materialize(cuda{}, CS, 0),
+                    Catch::Matchers::Contains("materialize(iattn::cuda, H, c): the ComplexSemiseparable has N = 520 "
+                                              "complex states per channel; the CUDA scan holds at most 512"));
+  const Mat<float> keys = Mat<float>::Constant(L, 300, 0.05f);
+  const auto TR = gated_delta_rule(keys, keys, Mat<float>::Constant(L, 1, 0.5f), Mat<float>::Constant(L, 1, -0.1f),
+                                   {.heads = 1});
+  CHECK_THROWS_WITH(row(cuda{}, TR, 2, 0),
+                    Catch::Matchers::Contains("row(iattn::cuda, H, t, c): the Transition has N = 300 keys per head; "
+                                              "the CUDA recurrence holds at most 256"));
   // L = 0: empty results, no launch; no row or column to take.
   const auto S0 = semiseparable(Mat<float>(0, 2), Mat<float>(0, 3), Mat<float>(0, 3), {.heads = 2});
   CHECK(apply(cuda{}, S0, Mat<float>(0, 2)).size() == 0);
