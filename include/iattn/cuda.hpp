@@ -6,6 +6,7 @@
 //   row(cuda{s}, H, t, c)          row t of channel c's matrix, (1, L): H^c[t, s] at (0, s)
 //   col(cuda{s}, H, s, c)          column s of channel c's matrix, (1, L): H^c[t, s] at (0, t)
 //   row_all(cuda{s}, H, t), col_all(cuda{s}, H, s)   every channel's row / column, (D, L)
+//   block(cuda{s}, H, c, rows, cols)   the tile H^c[rows, cols], (rows.size(), cols.size())
 //   materialize_all(cuda{s}, H)    every channel's matrix, (D L, L): channel c in rows [c L, (c+1) L)
 //   materialize_mean(cuda{s}, H, o)          the mean of H^c (or |H^c|) over channels, (L, L)
 //   materialize_head_means(cuda{s}, H, o)    every head's mean, (heads L, L)
@@ -44,6 +45,7 @@
 #include "backend/cuda/tag.hpp"
 #include "backend/cuda/transition.hpp"
 #include "backend/cuda/wkv.hpp"
+#include "backend/cuda/kernels/copy.hpp"
 #include "backend/cuda/kernels/mean.hpp"
 #include "core/error.hpp"
 #include "core/means.hpp"
@@ -280,6 +282,53 @@ device_matrix<typename H::scalar> row(cuda on, const H& h, Index t, Index c, Ind
   return cuda_detail::row_or_col(on, h, t, c, L, true);
 }
 
+/// The tile H^c[rows, cols] on the device, (rows.size(), cols.size()), as the CPU's block: by
+/// rows (the transposed scan of e_t for each t in rows) or by columns (the scan of e_s for each s
+/// in cols), whichever are fewer, each copied into the tile: O(min(rows, cols) L N) per factor,
+/// never the (L, L) matrix.
+template <Operator H>
+device_matrix<typename H::scalar> block(cuda on, const H& h, Index c, range rows, range cols, Index L = any) {
+  static_assert(cuda_detail::slices_v<H>,
+                "block(iattn::cuda, H, c, rows, cols): the CUDA backend takes tiles of " IATTN_CUDA_COVERED);
+  using T = typename H::scalar;
+  const char* where = "block(iattn::cuda, H, c, rows, cols)";
+  L = detail::resolve_length(h, L, where);
+  detail::check_channel(h, c, where);
+  auto check = [&](range r, const char* name) {
+    if (r.begin < 0 || r.end < r.begin || r.end > L)
+      detail::fail(where, std::string(name) + " = [" + std::to_string(r.begin) + ", " + std::to_string(r.end) +
+                              ") is not a range inside [0, L=" + std::to_string(L) + ")");
+  };
+  check(rows, "rows");
+  check(cols, "cols");
+  device_matrix<T> out(rows.size(), cols.size(), on);
+  if (out.size() == 0) return out;
+  if constexpr (cuda_detail::slices_v<H>) {
+    const bool by_rows = rows.size() <= cols.size();
+    const range along = by_rows ? rows : cols;
+    cuda_detail::device_buffer<T> unit(L, on.stream), v(L, on.stream);
+    auto fill = [&](Index at, Index n, T value) {
+      simt::launch("fill_value", &cuda_detail::fill_value<T>, cuda_detail::elementwise_launch(n), on.stream,
+                   unit.data() + at, n, value);
+    };
+    fill(0, L, T(0));
+    const cuda_detail::upload_scope uploads(on.stream);
+    for (Index i = 0; i < along.size(); ++i) {
+      const Index k = along.begin + i;
+      fill(k, 1, T(1));
+      cuda_detail::cuda_eval<H>::vector(h, on, c, by_rows, static_cast<const T*>(unit.data()), v.data(), L);
+      fill(k, 1, T(0));
+      // By rows: v is row k, its cols part is the tile's row i; by columns: v is column k, its rows
+      // part is the tile's column i.
+      const range part = by_rows ? cols : rows;
+      simt::launch("copy_strided", &cuda_detail::copy_strided<T>, cuda_detail::elementwise_launch(part.size()),
+                   on.stream, static_cast<const T*>(v.data()) + part.begin, part.size(),
+                   out.data() + (by_rows ? i * cols.size() : i), by_rows ? Index(1) : cols.size());
+    }
+  }
+  return out;
+}
+
 namespace cuda_detail {
 /// Row k (is_row) or column k of every channel's matrix, (D, L): channel c's in row c.
 template <class H>
@@ -367,6 +416,12 @@ template <Operator H>
 device_matrix<typename H::scalar> col(cuda on, const device_expression<H>& h, Index s, Index c, Index L = any) {
   const auto sc = h.scope(on, "col(iattn::cuda, device_expression, s, c)");
   return col(on, h.expression(), s, c, L);
+}
+template <Operator H>
+device_matrix<typename H::scalar> block(cuda on, const device_expression<H>& h, Index c, range rows, range cols,
+                                        Index L = any) {
+  const auto s = h.scope(on, "block(iattn::cuda, device_expression, c, rows, cols)");
+  return block(on, h.expression(), c, rows, cols, L);
 }
 template <Operator H>
 device_matrix<typename H::scalar> row_all(cuda on, const device_expression<H>& h, Index t, Index L = any) {

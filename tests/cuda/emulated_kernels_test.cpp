@@ -126,6 +126,12 @@ TEST_CASE("CUDA backend: errors at the door", "[kernels][errors]") {
   const Mat<float> m = to_host(materialize(cuda{}, S, 0));
   CHECK(std::abs(m(L - 1, 0) / (600.0f * std::exp(-0.1f * (L - 1))) - 1.0f) < 1e-5f);
   CHECK_THROWS_WITH(materialize(cuda{}, S, 1), Catch::Matchers::Contains("channel c = 1 is out of range [0, 1)"));
+  // block: each range checked against [0, L), named.
+  CHECK_THROWS_WITH(block(cuda{}, S, 0, {2, 10}, {0, 1}),
+                    Catch::Matchers::Contains("block(iattn::cuda, H, c, rows, cols): rows = [2, 10) is not a range inside [0, L=9)"));
+  CHECK_THROWS_WITH(block(cuda{}, S, 0, {0, 1}, {3, 2}),
+                    Catch::Matchers::Contains("block(iattn::cuda, H, c, rows, cols): cols = [3, 2) is not a range inside [0, L=9)"));
+  CHECK(to_host(block(cuda{}, S, 0, {4, 4}, {0, 9})).size() == 0);
   // The complex scan and the delta-rule recurrence: their own limits, named (no fallback).
   const Mat<float> z = Mat<float>::Zero(1, 520), wide = Mat<float>::Ones(L, 520);
   const auto CS = complex_semiseparable(z, z, wide, wide, wide, wide, {.heads = 1});

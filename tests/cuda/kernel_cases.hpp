@@ -464,6 +464,18 @@ void matrix_checks(iattn::cuda on, Check&& check, const lengths& ls, const H& h,
   for (Index t : r.row_at) r.rows.push_back(iattn::to_host(iattn::row(on, h, t, c, L)).template cast<double>());
   for (Index s : r.col_at) r.cols.push_back(iattn::to_host(iattn::col(on, h, s, c, L)).template cast<double>());
   report_matrix(check, r, what + " c=" + std::to_string(c), tolerance<T>());
+  if (!ls.slices) return;
+  // block: a tall tile (taken by columns) and a wide one (by rows), against the CPU's matrix.
+  const iattn::range tall_rows{L / 2, L}, tall_cols{L / 4, std::min(L, L / 4 + 3)};
+  const iattn::range wide_rows{std::max<Index>(0, L - 2), L}, wide_cols{0, L};
+  for (auto [rows, cols] : {std::pair{tall_rows, tall_cols}, std::pair{wide_rows, wide_cols}}) {
+    const MatD want = r.cpu.block(rows.begin, cols.begin, rows.size(), cols.size());
+    compare(check,
+            what + " c=" + std::to_string(c) + " block rows [" + std::to_string(rows.begin) + ", " +
+                std::to_string(rows.end) + ") cols [" + std::to_string(cols.begin) + ", " + std::to_string(cols.end) +
+                ") vs cpu",
+            iattn::to_host(iattn::block(on, h, c, rows, cols, L)), want, tolerance<T>());
+  }
 }
 
 template <class T, class Check>

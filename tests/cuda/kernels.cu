@@ -71,6 +71,7 @@ namespace iattn::cuda_detail {
   template __global__ void cs_chunk_carry<T>(T*, T*, const T*, const T*, simt::index, simt::index);               \
   template __global__ void transition_scan<T, 4>(tr_scan_args<T>, T*);                                           \
   template __global__ void transition_scan<T, 8>(tr_scan_args<T>, T*);                                           \
+  template __global__ void copy_strided<T>(const T*, simt::index, T*, simt::index);                                \
   template __global__ void mean_accumulate<T>(T*, const T*, simt::index, T, bool, bool);
 
 IATTN_INSTANTIATE_KERNELS(float)

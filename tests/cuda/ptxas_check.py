@@ -65,6 +65,7 @@ FLOORS = {
     "cs_chunk_states": (128, 4),       # ComplexSemiseparable: up to 4 complex states per thread
     "cs_chunk_outputs": (128, 4),      #   (the lane layout of ss_chunk_*), 16 KiB shared (double)
     "cs_chunk_carry": (256, 4),
+    "copy_strided": (256, 4),          # block: a row or column into the tile
     "transition_scan": (128, 4),       # the delta-rule recurrence: up to 8 states and increments per lane
 }
 REGISTERS_PER_SM = 65536

@@ -6,6 +6,7 @@
 #include "causal_conv.hpp"
 #include "chunked_scan.hpp"
 #include "complex_scan.hpp"
+#include "copy.hpp"
 #include "diagonal.hpp"
 #include "flip.hpp"
 #include "group_norm.hpp"
