@@ -18,9 +18,9 @@
 //
 // Covered now: apply, materialize (one channel, every channel, channel and head means), row and
 // col (one channel, every channel) of Diagonal, CausalConv, LinearRecurrence, Semiseparable (every
-// form), ComplexSemiseparable, Transition, GroupNorm, Wkv, SoftmaxAttention, and Products, Sums, scalar
-// multiples, Flips and RowNormalizes of them (Mamba-1's chain diag * S * diag * conv; Vision
-// Mamba's diag * (H_f + flip(H_b))). Any other node is a compile-time error naming what is
+// form), ComplexSemiseparable, Transition, GroupNorm, Wkv, SoftmaxAttention, Identity, and Products,
+// Sums, scalar multiples, Flips and RowNormalizes of them (Mamba-1's chain diag * S * diag * conv;
+// Vision Mamba's diag * (H_f + flip(H_b))). Any other node is a compile-time error naming what is
 // covered, never a silent fallback to the CPU. Each call copies the expression's coefficients to
 // the device (once per call, however many channels it evaluates; never again for a
 // device_expression) and runs on stream s.
@@ -35,6 +35,7 @@
 #include "backend/cuda/evaluator.hpp"
 #include "backend/cuda/flip.hpp"
 #include "backend/cuda/group_norm.hpp"
+#include "backend/cuda/identity.hpp"
 #include "backend/cuda/linear_recurrence.hpp"
 #include "backend/cuda/memory.hpp"
 #include "backend/cuda/product.hpp"
@@ -59,8 +60,8 @@
 /// The nodes the backend covers, for the compile-time errors of every entry point (one list).
 #define IATTN_CUDA_COVERED                                                                                      \
   "Diagonal, CausalConv, LinearRecurrence, Semiseparable, ComplexSemiseparable, Transition, GroupNorm, Wkv, "     \
-  "SoftmaxAttention and Products, Sums, scalar multiples, Flips and RowNormalizes of these; H contains another "  \
-  "node (docs/cuda.md lists what is covered)"
+  "SoftmaxAttention, Identity and Products, Sums, scalar multiples, Flips and RowNormalizes of these; H contains " \
+  "another node (docs/cuda.md lists what is covered)"
 
 namespace iattn {
 
@@ -112,7 +113,7 @@ device_matrix<T> apply(cuda on, const H& h, const device_matrix<T>& X) {
   static_assert(std::is_same_v<T, typename H::scalar>, "apply(iattn::cuda, H, X): X must have the expression's scalar type");
   detail::check_input(h, X.rows(), X.cols(), "apply(iattn::cuda, H, X)", "X");
   device_matrix<T> Y(X.rows(), X.cols(), on);
-  if constexpr (cuda_detail::applies_v<H>) cuda_detail::cuda_eval<H>::apply(h, on, X.data(), Y.data(), X.rows());
+  if constexpr (cuda_detail::applies_v<H>) cuda_detail::apply_node(h, on, X.data(), Y.data(), X.rows(), X.cols());
   return Y;
 }
 

@@ -96,6 +96,8 @@ IATTN_EMULATED_CASE_AT("ComplexSemiseparable apply, materialize, row, col (alone
                        cuda_test::complex_semiseparable_cases, cuda_test::serial_matrices)
 IATTN_EMULATED_CASE_AT("Transition apply, materialize, row, col (the delta-rule family, alone and diag * S * conv)",
                        cuda_test::transition_cases, cuda_test::serial_shuffles)
+IATTN_EMULATED_CASE_AT("Identity apply, materialize, row, col (beside, in products, scaled, flipped)",
+                       cuda_test::identity_cases, cuda_test::serial_matrices)
 IATTN_EMULATED_CASE_AT("SoftmaxAttention apply, materialize, row, col", cuda_test::softmax_cases, cuda_test::serial_matrices)
 // The means' own kernel has no barrier, and the materialize kernels they call run on the serial
 // schedules above: the concurrent schedule only.

@@ -271,6 +271,7 @@ MatD dense(const iattn::Transition<T>& n, Index c, Index L) {
   }
   return M;
 }
+inline MatD dense(const iattn::Identity&, Index, Index L) { return MatD::Identity(L, L); }
 template <class A, class B>
 MatD dense(const iattn::Product<A, B>& n, Index c, Index L);
 template <class A>
@@ -1211,6 +1212,36 @@ void transition_cases(iattn::cuda on, Check&& check, const lengths& ls) {
   }
 }
 
+/// Identity (no channel count or scalar type of its own): beside a recurrence (R + I), as a
+/// product's factor (diag * I), scaled inside a sum (2 I + R: the scaled Identity takes the sum's D)
+/// and flipped (diag * flip(I)): apply against plain loops, materialize, rows, columns and tiles.
+template <class T, class Check>
+void identity_cases(iattn::cuda on, Check&& check, const lengths& ls) {
+  for (Index L : ls.tiles) {
+    const Index D = 3, c = L % D;
+    const auto R = iattn::linear_recurrence(uniform<T>(L, D, 0, 1), uniform<T>(L, D, -1, 1));
+    const auto d = iattn::diagonal(uniform<T>(L, D, -2, 2));
+    const auto plus = R + iattn::identity();
+    const auto times = d * iattn::identity();
+    const auto scaled = T(2) * iattn::identity() + R;
+    const auto flipped = d * iattn::flip(iattn::identity());
+    const Mat<T> x = uniform<T>(L, D, -1, 1);
+    auto loops = [&](const auto& h) {
+      MatD y(L, D);
+      for (Index ch = 0; ch < D; ++ch) y.col(ch) = dense(h, ch, L) * x.col(ch).template cast<double>();
+      return y;
+    };
+    compare(check, at("R + I", L) + ": apply vs loops", iattn::apply(on, plus, x), loops(plus), tolerance<T>());
+    compare(check, at("diag * I", L) + ": apply vs loops", iattn::apply(on, times, x), loops(times), tolerance<T>());
+    compare(check, at("2 I + R", L) + ": apply vs loops", iattn::apply(on, scaled, x), loops(scaled), tolerance<T>());
+    compare(check, at("diag * flip(I)", L) + ": apply vs loops", iattn::apply(on, flipped, x), loops(flipped),
+            tolerance<T>());
+    matrix_checks<T>(on, check, ls, plus, L, c, at("R + I", L));
+    matrix_checks<T>(on, check, ls, times, L, c, at("diag * I", L));
+    matrix_checks<T>(on, check, ls, scaled, L, c, at("2 I + R", L));
+  }
+}
+
 /// SoftmaxAttention, causal and bidirectional (H = 2 heads of P = 3 channels, dk = 4, scores
 /// scaled up so the rows' maxima matter), alone and behind a diagonal: apply, materialize, rows and
 /// columns against the CPU and plain loops.
@@ -1257,6 +1288,7 @@ void all_cases(iattn::cuda on, Check&& check, const lengths& ls) {
   wkv_cases<T>(on, check, ls);
   complex_semiseparable_cases<T>(on, check, ls);
   transition_cases<T>(on, check, ls);
+  identity_cases<T>(on, check, ls);
   softmax_cases<T>(on, check, ls);
   mean_cases<T>(on, check, ls);
   resident_cases<T>(on, check, ls);

@@ -10,6 +10,7 @@
 #include "../../ops/flip.hpp"
 #include "band.hpp"
 #include "evaluator.hpp"
+#include "identity.hpp"
 #include "kernels/flip.hpp"
 
 namespace iattn::cuda_detail {
@@ -30,10 +31,10 @@ struct cuda_eval<Flip<A>> {
 
   template <class T>
   static void apply(const Flip<A>& n, const cuda& on, const T* x, T* y, Index L) {
-    const Index D = n.channels();
+    const Index D = apply_channels_of(n);
     device_buffer<T> xr(L * D, on.stream);
     reverse_device_rows(on, x, xr.data(), L, D);
-    cuda_eval<A>::apply(n.inner(), on, static_cast<const T*>(xr.data()), y, L);
+    apply_node(n.inner(), on, static_cast<const T*>(xr.data()), y, L, D);
     reverse_device_rows(on, static_cast<const T*>(y), y, L, D);
   }
   template <class T>

@@ -21,6 +21,7 @@
 #include "../../ops/sum.hpp"
 #include "band.hpp"
 #include "evaluator.hpp"
+#include "identity.hpp"
 #include "kernels/flip.hpp"
 #include "kernels/group_norm.hpp"
 
@@ -101,7 +102,7 @@ struct device_binder<Product<A, B>> {
     B b = device_binder<B>::bind(n.right(), on, x, L, D);
     if constexpr (has_group_norm_v<A>) {  // the left norm sees the right factor's output
       device_buffer<T> v(L * D, on.stream);
-      cuda_eval<B>::apply(b, on, x, v.data(), L);
+      apply_node(b, on, x, v.data(), L, D);
       return Product<A, B>(device_binder<A>::bind(n.left(), on, static_cast<const T*>(v.data()), L, D), std::move(b));
     } else {
       return Product<A, B>(n.left(), std::move(b));

@@ -21,6 +21,7 @@
 #include "band.hpp"
 #include "semiseparable.hpp"
 #include "evaluator.hpp"
+#include "identity.hpp"
 #include "kernels/lower_product.hpp"
 
 #include <type_traits>
@@ -87,9 +88,10 @@ struct cuda_eval<Product<A, B>> {
       cuda_eval<Semiseparable<T>>::apply_scaled(F::core(n), on, x, y, L, scales);
       return;
     }
-    device_buffer<T> tmp(L * n.channels(), on.stream);  // (L, D): B x
-    cuda_eval<B>::apply(n.right(), on, x, tmp.data(), L);
-    cuda_eval<A>::apply(n.left(), on, tmp.data(), y, L);
+    const Index D = apply_channels_of(n);
+    device_buffer<T> tmp(L * D, on.stream);  // (L, D): B x
+    apply_node(n.right(), on, x, tmp.data(), L, D);
+    apply_node(n.left(), on, static_cast<const T*>(tmp.data()), y, L, D);
   }
 
   template <class T>

@@ -12,6 +12,7 @@
 #include "../../ops/row_normalize.hpp"
 #include "band.hpp"
 #include "evaluator.hpp"
+#include "identity.hpp"
 #include "group_norm.hpp"
 #include "kernels/row_normalize.hpp"
 
@@ -40,9 +41,9 @@ struct cuda_eval<RowNormalize<A>> {
   template <class T>
   static void apply(const RowNormalize<A>& n, const cuda& on, const T* x, T* y, Index L) {
     if constexpr (has_group_norm_v<A>) {
-      apply_inner(device_binder<A>::bind(n.inner(), on, x, L, n.channels()), on, x, y, L, n.channels());
+      apply_inner(device_binder<A>::bind(n.inner(), on, x, L, apply_channels_of(n)), on, x, y, L, apply_channels_of(n));
     } else {
-      apply_inner(n.inner(), on, x, y, L, n.channels());
+      apply_inner(n.inner(), on, x, y, L, apply_channels_of(n));
     }
   }
   template <class T>
@@ -70,8 +71,8 @@ struct cuda_eval<RowNormalize<A>> {
     const Index m = L * D;
     device_buffer<T> ones(m, on.stream), r(m, on.stream);
     fill_device(on, ones.data(), m, T(1));
-    cuda_eval<A>::apply(a, on, static_cast<const T*>(ones.data()), r.data(), L);
-    cuda_eval<A>::apply(a, on, x, y, L);
+    apply_node(a, on, static_cast<const T*>(ones.data()), r.data(), L, D);
+    apply_node(a, on, x, y, L, D);
     divide_device_rows(on, static_cast<const T*>(y), static_cast<const T*>(r.data()), y, m, Index(1));
   }
   /// r = A^c 1, length L.

@@ -11,6 +11,7 @@
 #include "../../ops/sum.hpp"
 #include "band.hpp"
 #include "evaluator.hpp"
+#include "identity.hpp"
 #include "kernels/mean.hpp"
 
 namespace iattn::cuda_detail {
@@ -32,8 +33,9 @@ struct cuda_eval<Scaled<A>> {
 
   template <class T>
   static void apply(const Scaled<A>& n, const cuda& on, const T* x, T* y, Index L) {
-    cuda_eval<A>::apply(n.inner(), on, x, y, L);
-    scale_values<T>(on, y, nullptr, L * n.channels(), T(n.factor()));
+    const Index D = apply_channels_of(n);
+    apply_node(n.inner(), on, x, y, L, D);
+    scale_values<T>(on, y, nullptr, L * D, T(n.factor()));
   }
   template <class T>
   static void materialize(const Scaled<A>& n, const cuda& on, Index c, T* out, Index L) {
@@ -55,10 +57,11 @@ struct cuda_eval<Sum<A, B>> {
 
   template <class T>
   static void apply(const Sum<A, B>& n, const cuda& on, const T* x, T* y, Index L) {
-    device_buffer<T> tmp(L * n.channels(), on.stream);
-    cuda_eval<A>::apply(n.left(), on, x, y, L);
-    cuda_eval<B>::apply(n.right(), on, x, tmp.data(), L);
-    scale_values<T>(on, y, tmp.data(), L * n.channels(), T(1));
+    const Index D = apply_channels_of(n);
+    device_buffer<T> tmp(L * D, on.stream);
+    apply_node(n.left(), on, x, y, L, D);
+    apply_node(n.right(), on, x, tmp.data(), L, D);
+    scale_values<T>(on, y, tmp.data(), L * D, T(1));
   }
   template <class T>
   static void materialize(const Sum<A, B>& n, const cuda& on, Index c, T* out, Index L) {
