@@ -9,7 +9,8 @@
 //                                                    transposed, for vectors x, y of length L on the
 //                                                    device (y is not x): what row (H^T e_t) and
 //                                                    col (H e_s) run, O(L N) per factor
-// Every launch and copy goes on on.stream. The primary template covers nothing: an expression
+// Composites and the entry points apply a child through apply_node (identity.hpp), which passes
+// the enclosing D to an Identity (it has none of its own). Every launch and copy goes on on.stream. The primary template covers nothing: an expression
 // with another node is a compile-time error in apply/materialize/row/col (cuda.hpp), never a
 // fallback.
 #pragma once
