@@ -308,10 +308,7 @@ device_matrix<typename H::scalar> block(cuda on, const H& h, Index c, range rows
     const bool by_rows = rows.size() <= cols.size();
     const range along = by_rows ? rows : cols;
     cuda_detail::device_buffer<T> unit(L, on.stream), v(L, on.stream);
-    auto fill = [&](Index at, Index n, T value) {
-      simt::launch("fill_value", &cuda_detail::fill_value<T>, cuda_detail::elementwise_launch(n), on.stream,
-                   unit.data() + at, n, value);
-    };
+    auto fill = [&](Index at, Index n, T value) { cuda_detail::fill_device(on, unit.data() + at, n, value); };
     fill(0, L, T(0));
     const cuda_detail::upload_scope uploads(on.stream);
     for (Index i = 0; i < along.size(); ++i) {
