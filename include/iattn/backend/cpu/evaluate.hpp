@@ -5,6 +5,7 @@
 
 #include "../../core/means.hpp"
 #include "algebra.hpp"
+#include "all_channels.hpp"
 #include "bind.hpp"
 #include "causal_conv.hpp"
 #include "complex_semiseparable.hpp"
@@ -177,6 +178,9 @@ template <class T, class Node>
 void materialize_all(const Node& n, const context& cx, T* out) {
   const Index L = cx.L, nb = (L + tile_size - 1) / tile_size;
   if (L == 0) return;
+  if constexpr (contains_v<Semiseparable<T>, Node>) {
+    if (materialize_all_terms<T>(n, cx, out)) return;  // sums of diag * S * diag * conv, and flips
+  }
   parallel_for(cx.D, [&](Index c) {
     const channel_eval<Node, T> ev(n, cx, c);
     T* base = out + c * L * L;

@@ -1,0 +1,480 @@
+// iattn/backend/cpu/all_channels.hpp: materialize_all for sums of terms
+//   w * diag(post) * S * diag(pre) * [conv]      (S a Semiseparable in the inclusive form)
+//   w * diag(post) * [conv]                      (a band)
+// and their flips J term J (Vision Mamba, Hydra), every channel's (L, L) matrix written once.
+//
+// The tile path (evaluate.hpp) walks each channel's expression tree per 64 x 64 tile: a product
+// with the convolution widens its tiles and sums them, every tile is zeroed before it is filled,
+// and each node keeps its own temporaries. Here each channel's matrix is formed row panel by row
+// panel (panel_rows tokens) in one small buffer that stays in L1, then copied out once.
+//
+// One term with a core, channel c (head h, group g), in the term's own token order u:
+//   U[u]   = w post[u] C[u]                                              (L, N)
+//   Z[sig] = sum_lag tap(lag) pre[j] B[j] E(j+1 .. sig),  j = sig-K+1+lag  (the convolution folded
+//            into one injection at the latest token it reads; Z = 0 for sig < K-1)
+//   G[u, sig] = sum_m U[u, m] E(sig+1 .. u)[m] Z[sig, m]   (sig <= u), at output column sig-K+1;
+// the K-1 diagonals above G's (u < sig <= u+K-1: the entries whose convolution window reaches past
+// u) are summed directly from the core's entries. G in blocks of panel_rows tokens, as decay_tiles:
+// below the diagonal block one product per row panel, Ct_I (rows) against every column to its left
+// scaled by its block's mid = E(j1 .. i0) (Ct[u] = U[u] E(i0+1 .. u), Bt[sig] = Z[sig] E(sig+1 ..
+// j1-1), every factor an exp of a sum of log-decays within one block, or a product of such);
+// inside the diagonal block running products of the per-token decays, vectorised across columns.
+// No exp argument is positive when the log-decays are not, and lambda = -inf gives exact zeros.
+//
+// A flipped term's own token u is output row L-1-u: its blocks are cut from the end, so that output
+// panel [r0, r1) is its block [L-r1, L-r0), and its columns are laid out reversed when its operands
+// are packed, so that every term adds into the same panel in output order.
+//
+// Anything else (strict or bonus cores, LinearRecurrence, Transition, complex decays, RowNormalize,
+// Wkv, softmax, a flip inside a product) takes the tile path.
+#pragma once
+
+#include "../../ops/flip.hpp"
+#include "mean.hpp"
+#include "parallel.hpp"
+#include "product.hpp"
+#include "simd.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <type_traits>
+#include <vector>
+
+namespace iattn::cpu_detail {
+
+template <class N>
+struct is_flip_node : std::false_type {};
+template <class A>
+struct is_flip_node<Flip<A>> : std::true_type {};
+
+/// One term of the expansion and whether it is flipped (J term J).
+template <class T>
+struct all_term {
+  mean_term<T> term;
+  bool flipped = false;
+};
+
+/// Expands n into out: sums, scalar scales and flips at the top, mean.hpp's expand_terms below.
+/// False when n is not a sum of terms this file takes.
+template <class T, class Node>
+bool expand_all_terms(const Node& n, const context& cx, std::vector<all_term<T>>& out, bool flipped = false,
+                      double weight = 1) {
+  if constexpr (is_sum_node<Node>::value) {
+    return expand_all_terms<T>(n.left(), cx, out, flipped, weight) &&
+           expand_all_terms<T>(n.right(), cx, out, flipped, weight);
+  } else if constexpr (is_scaled_node<Node>::value) {
+    return expand_all_terms<T>(n.inner(), cx, out, flipped, weight * double(n.factor()));
+  } else if constexpr (is_flip_node<Node>::value) {
+    return expand_all_terms<T>(n.inner(), cx, out, !flipped, weight);
+  } else {
+    mean_terms<T> terms;
+    if (!expand_terms<T>(n, cx, terms)) return false;
+    for (auto& t : terms) {
+      if (t.has_core() && (t.S == nullptr || t.R != nullptr || t.S->strict())) return false;
+      t.weight *= weight;
+      out.push_back({std::move(t), flipped});
+    }
+    return out.size() <= max_mean_terms;
+  }
+}
+
+template <class T>
+class all_channels {
+ public:
+  static constexpr Index panel_rows = 16;  ///< tokens per row panel (and per block of G)
+
+  all_channels(const std::vector<all_term<T>>& terms, const context& cx) : terms_(terms), L_(cx.L), D_(cx.D) {
+    for (const auto& a : terms_) maxK_ = std::max(maxK_, a.term.width());
+    off_ = maxK_ - 1;
+    ld_ = (off_ + L_ + off_ + panel_rows + 4 * W + W - 1) / W * W;
+    np_ = (L_ + panel_rows - 1) / panel_rows;
+    lr_ = pad + (L_ + W - 1) / W * W + W;
+    // B and C of every term with a core, state-major (G*N, lr): shared by its channels.
+    bt_.resize(terms_.size()), ct_.resize(terms_.size());
+    for (std::size_t k = 0; k < terms_.size(); ++k)
+      if (const Semiseparable<T>* S = terms_[k].term.S) {
+        transpose_rows(S->B(), bt_[k]);
+        transpose_rows(S->C(), ct_[k]);
+      }
+  }
+
+  /// Every channel's matrix into out (D, L, L), row-major [c][t][s], in parallel over channels.
+  void run(T* out) {
+    gathered& g = gather();
+    parallel_for(D_, [&](Index c) { channel(c, g, thread_scratch(), out + c * L_ * L_); });
+  }
+
+ private:
+  template <int V>
+  using Pk = simd::pack<T, V>;
+  static constexpr int W = simd::width<T>;
+  static constexpr int product_cols = 3;                     ///< packs of columns per register block
+  static constexpr Index NR = product_cols * W;              ///< columns per register block
+  static constexpr Index pad = (max_mean_conv + W - 1) / W * W;  ///< tokens before u = 0 in a table row
+
+  // Per-channel tables are state-major: entry (m, u) at m * lr_ + pad + u, so every pass over the
+  // tokens is a run of whole packs, shifted loads reach back up to pad tokens, and the pads hold
+  // neutral values (decay 1, everything else 0).
+  struct tables {
+    std::vector<T> fac, U, Bp, Z, ct, bt, core;  // (N, lr) each but core (K - 1, lr)
+    std::vector<T> blk, tap;                     // (blocks, N); the channel's taps (K)
+    std::vector<Index> edges;                    // block edges, ascending, blocks + 1 of them
+  };
+  struct scratch {
+    std::vector<tables> tab;
+    std::vector<T> panel, wp, acc, e, lam;
+  };
+  /// Per term, (D, L): w * post, pre and a factored decay's dt, channel-major.
+  struct gathered {
+    std::vector<std::vector<T>> post, pre, dt;
+  };
+  // Both kept across calls by the threads that use them: fresh memory page-faults on first touch.
+  static scratch& thread_scratch() {
+    thread_local scratch s;
+    return s;
+  }
+
+  const std::vector<all_term<T>>& terms_;
+  Index L_, D_, maxK_ = 1, off_ = 0, ld_ = 0, np_ = 0, lr_ = 0;
+  std::vector<std::vector<T>> bt_, ct_;
+
+  /// x (L, M) into out (M, lr) state-major, pads 0.
+  void transpose_rows(const coefficient<T>& x, std::vector<T>& out) const {
+    const Index M = x.cols();
+    out.assign(std::size_t(M * lr_), T(0));
+    for (Index u = 0; u < L_; ++u)
+      for (Index m = 0; m < M; ++m) out[std::size_t(m * lr_ + pad + u)] = x(u, m);
+  }
+
+  /// Every term's diagonals and factored decay, channel-major, read from the (L, D) operands in
+  /// blocks of tokens (a column at a time, every token of an operand is a page walk).
+  gathered& gather() const {
+    thread_local gathered g;
+    const std::size_t nt = terms_.size();
+    g.post.resize(nt), g.pre.resize(nt), g.dt.resize(nt);
+    constexpr Index tb = 8;  // tokens per block: tb rows of every operand stay in L1
+    const Index n = D_ * L_;
+    for (std::size_t k = 0; k < nt; ++k) {
+      const mean_term<T>& m = terms_[k].term;
+      T* post = sized(g.post[k], n);
+      T* pre = sized(g.pre[k], n);
+      T* dt = m.S && m.S->factored() ? sized(g.dt[k], n) : nullptr;
+      parallel_for((L_ + tb - 1) / tb, [&](Index ub) {
+        const Index u0 = ub * tb, u1 = std::min(L_, u0 + tb);
+        for (Index c = 0; c < D_; ++c)
+          for (Index u = u0; u < u1; ++u) post[c * L_ + u] = T(m.weight), pre[c * L_ + u] = T(1);
+        auto fold = [&](const diag_factors<T>& d, T* dst) {
+          for (const auto& f : d.f)
+            for (Index c = 0; c < D_; ++c)
+              for (Index u = u0; u < u1; ++u) dst[c * L_ + u] *= f.data[(f.rows == 1 ? 0 : u) * D_ + c];
+        };
+        fold(m.post, post);
+        fold(m.pre, pre);
+        if (dt) {
+          const coefficient<T>& x = m.S->lambda();
+          for (Index c = 0; c < D_; ++c)
+            for (Index u = u0; u < u1; ++u) dt[c * L_ + u] = x(u, m.S->head_of(c));
+        }
+      });
+    }
+    return g;
+  }
+
+  void channel(Index c, const gathered& g, scratch& s, T* out) const {
+    if (s.tab.size() < terms_.size()) s.tab.resize(terms_.size());
+    for (std::size_t k = 0; k < terms_.size(); ++k)
+      if (terms_[k].term.S) prepare(terms_[k], c, k, g, s.tab[k], s);
+    T* panel = sized(s.panel, panel_rows * ld_);
+    for (Index p = 0; p < np_; ++p) {
+      const Index r0 = p * panel_rows, r1 = std::min(L_, r0 + panel_rows);
+      std::fill(panel, panel + (r1 - r0) * ld_, T(0));
+      for (std::size_t k = 0; k < terms_.size(); ++k) {
+        const all_term<T>& a = terms_[k];
+        if (a.term.S)
+          core_rows(a, s.tab[k], p, panel, s);
+        else
+          band_rows(a, c, g.post[k].data() + c * L_, r0, r1, panel);
+      }
+      for (Index t = r0; t < r1; ++t) std::copy(panel + (t - r0) * ld_ + off_, panel + (t - r0) * ld_ + off_ + L_, out + t * L_);
+    }
+  }
+
+  // Output (row, column) of the term's entry (u, s'), as panel coordinates: row - r0, column + off.
+  Index out_row(bool flipped, Index u) const { return flipped ? L_ - 1 - u : u; }
+  Index out_col(bool flipped, Index sp) const { return (flipped ? L_ - 1 - sp : sp) + off_; }
+
+  /// A term without a core: H[u, u - lag] = w post[u] tap(lag).
+  void band_rows(const all_term<T>& a, Index c, const T* post, Index r0, Index r1, T* panel) const {
+    const mean_term<T>& m = a.term;
+    const Index K = m.width();
+    for (Index t = r0; t < r1; ++t) {
+      const Index u = out_row(a.flipped, t);
+      for (Index lag = 0; lag < K && lag <= u; ++lag)
+        panel[(t - r0) * ld_ + out_col(a.flipped, u - lag)] += post[u] * (m.conv ? m.conv->tap(lag, c) : T(1));
+    }
+  }
+
+  /// Calls f(pack, i) for i = 0, W, ... below n: whole packs, reading and writing up to W - 1
+  /// entries past n (the rows' tails are padding).
+  template <class F>
+  static void packs(Index n, F&& f) {
+    for (Index i = 0; i < n; i += W) f(Pk<W>{}, i);
+  }
+
+  /// The term's tables for channel c, state-major.
+  void prepare(const all_term<T>& a, Index c, std::size_t k, const gathered& gd, tables& tb, scratch& s) const {
+    using P = Pk<W>;
+    const mean_term<T>& m = a.term;
+    const Semiseparable<T>& S = *m.S;
+    const Index L = L_, N = S.state(), K = m.width(), h = S.head_of(c), g = S.group_of_head(h) * N;
+    const Index lr = lr_, nrow = N * lr;
+    // Block edges in the term's order: output panels [r0, r1) are blocks [r0, r1), or [L-r1, L-r0).
+    tb.edges.assign(std::size_t(np_ + 1), 0);
+    for (Index b = 0; b <= np_; ++b)
+      tb.edges[std::size_t(b)] = a.flipped ? L - std::min(L, (np_ - b) * panel_rows) : std::min(L, b * panel_rows);
+    T* fac = sized(tb.fac, nrow);
+    T* U = sized(tb.U, nrow);
+    T* Bp = sized(tb.Bp, nrow);
+    T* Z = sized(tb.Z, nrow);
+    T* ct = sized(tb.ct, nrow);
+    T* bt = sized(tb.bt, nrow);
+    T* core = sized(tb.core, std::max<Index>(K - 1, 1) * lr);
+    T* blk = sized(tb.blk, np_ * N);
+    T* tap = sized(tb.tap, K);
+    for (Index lag = 0; lag < K; ++lag) tap[lag] = m.conv ? m.conv->tap(lag, c) : T(1);
+    const T* post = gd.post[k].data() + c * L;
+    const T* pre = gd.pre[k].data() + c * L;
+    // Decay factors (pads 1), U = post C and Bp = pre B (pads 0).
+    T* lam = sized(s.lam, L);
+    if (S.factored()) {
+      std::copy(gd.dt[k].data() + c * L, gd.dt[k].data() + (c + 1) * L, lam);
+    } else if (!S.per_state()) {
+      for (Index u = 0; u < L; ++u) lam[u] = S.lambda()(u, h);
+    }
+    for (Index q = 0; q < N; ++q) {
+      T* fq = fac + q * lr;
+      T* uq = U + q * lr;
+      T* bq = Bp + q * lr;
+      std::fill(fq, fq + lr, T(1));
+      std::fill(uq, uq + lr, T(0));
+      std::fill(bq, bq + lr, T(0));
+      if (S.per_state() && !S.factored()) {
+        for (Index u = 0; u < L; ++u) fq[pad + u] = S.lambda()(u, h * N + q);
+      } else {
+        const T aq = S.factored() ? S.decay_rate()(h, q) : T(1);
+        for (Index u = 0; u < L; ++u) fq[pad + u] = lam[u] * aq;
+      }
+      const T* cq = ct_[k].data() + (g + q) * lr + pad;
+      const T* Bq = bt_[k].data() + (g + q) * lr + pad;
+      Index u = 0;
+      for (; u + W <= L; u += W) {
+        exp(P::load(fq + pad + u)).store(fq + pad + u);
+        (P::load(post + u) * P::load(cq + u)).store(uq + pad + u);
+        (P::load(pre + u) * P::load(Bq + u)).store(bq + pad + u);
+      }
+      for (; u < L; ++u) {
+        fq[pad + u] = std::exp(fq[pad + u]);
+        uq[pad + u] = post[u] * cq[u];
+        bq[pad + u] = pre[u] * Bq[u];
+      }
+    }
+    // Z[sig] = sum_r tap(K-1-r) Bp[sig-r] E(sig-r+1 .. sig) for sig >= K-1 (0 before); the core's
+    // K-1 diagonals core[d][u] = sum_m U[u] E(u-d+1 .. u) Bp[u-d] (0 for u < d: Bp's pad).
+    std::fill(Z, Z + nrow, T(0));
+    std::fill(core, core + std::max<Index>(K - 1, 1) * lr, T(0));
+    for (Index q = 0; q < N; ++q) {
+      const T* fq = fac + q * lr + pad;
+      const T* bq = Bp + q * lr + pad;
+      const T* uq = U + q * lr + pad;
+      T* zq = Z + q * lr + pad;
+      packs(L - (K - 1), [&](P, Index i) {
+        const Index sig = K - 1 + i;
+        P e = P::broadcast(T(1)), v = P::broadcast(T(0));
+        for (Index r = 0; r < K; ++r) {
+          if (r > 0) e = e * P::load(fq + sig - r + 1);
+          v = fma(P::broadcast(tap[K - 1 - r]) * P::load(bq + sig - r), e, v);
+        }
+        v.store(zq + sig);
+      });
+      if (K > 1)
+        packs(L, [&](P, Index u) {
+          P e = P::load(uq + u);
+          for (Index d = 0; d < K - 1; ++d) {
+            if (d > 0) e = e * P::load(fq + u - d + 1);
+            T* cd = core + d * lr + pad + u;
+            fma(e, P::load(bq + u - d), P::load(cd)).store(cd);
+          }
+        });
+    }
+    // Past L, Z and core hold what the packs wrote into the pads: clear them (the products read
+    // whole packs of bt).
+    for (Index q = 0; q < N; ++q) std::fill(Z + q * lr + pad + L, Z + (q + 1) * lr, T(0));
+    // ct[u] = U[u] E(b0+1 .. u) forward from the block's first token, bt[sig] = Z[sig] E(sig+1 ..
+    // b1-1) backward from its last (stored at L-1-sig when flipped), blk the whole block's decay.
+    std::fill(bt, bt + nrow, T(0));
+    for (Index q = 0; q < N; ++q) {
+      const T* fq = fac + q * lr + pad;
+      const T* uq = U + q * lr + pad;
+      const T* zq = Z + q * lr + pad;
+      T* cq = ct + q * lr + pad;
+      T* bq = bt + q * lr + pad;
+      for (Index b = 0; b < np_; ++b) {
+        const Index b0 = tb.edges[std::size_t(b)], b1 = tb.edges[std::size_t(b) + 1];
+        T e = T(1);
+        for (Index u = b0; u < b1; ++u) {
+          if (u > b0) e *= fq[u];
+          cq[u] = e * uq[u];
+        }
+        e = T(1);
+        for (Index sg = b1 - 1; sg >= b0; --sg) {
+          bq[a.flipped ? L - 1 - sg : sg] = e * zq[sg];
+          e *= fq[sg];
+        }
+        blk[b * N + q] = e;
+      }
+    }
+  }
+
+  /// Output rows of panel p of one term with a core, added into the panel.
+  void core_rows(const all_term<T>& a, const tables& tb, Index p, T* panel, scratch& s) const {
+    const mean_term<T>& m = a.term;
+    const Index N = m.S->state(), K = m.width(), lr = lr_;
+    const bool fl = a.flipped;
+    const Index b = fl ? np_ - 1 - p : p;  // the term's block
+    const Index i0 = tb.edges[std::size_t(b)], i1 = tb.edges[std::size_t(b) + 1], n = i1 - i0;
+    // 1. Below the diagonal block: columns sig in [K-1, i0), as panel columns ascending.
+    const Index lo = K - 1;
+    if (i0 > lo) {
+      const Index nc = i0 - lo, ncp = (nc + NR - 1) / NR * NR;
+      T* wp = sized(s.wp, ncp * N);  // (N, ncp): column x of the panel's range, state-major
+      // mid = E(j1 .. i0) = fac[i0] * blk of the blocks strictly between, walking leftwards.
+      T* mid = sized(s.e, N);
+      for (Index q = 0; q < N; ++q) mid[q] = tb.fac[std::size_t(q * lr + pad + i0)];
+      for (Index J = b - 1; J >= 0; --J) {
+        const Index j0 = std::max(tb.edges[std::size_t(J)], lo), j1 = tb.edges[std::size_t(J) + 1];
+        if (j0 < j1) {
+          // forward: x = sig - lo; flipped: x = i0 - 1 - sig (columns reversed), which is where
+          // bt keeps sig: at L - 1 - sig = x + L - i0
+          const Index x0 = fl ? i0 - j1 : j0 - lo, src = fl ? x0 + L_ - i0 : j0;
+          for (Index q = 0; q < N; ++q) {
+            const T* from = tb.bt.data() + q * lr + pad + src;
+            T* to = wp + q * ncp + x0;
+            const T mq = mid[q];
+            simd::for_packs<T>(j1 - j0, [&](auto w, Index i) {
+              using P = Pk<decltype(w)::value>;
+              (P::load(from + i) * P::broadcast(mq)).store(to + i);
+            });
+          }
+        }
+        if (J > 0)
+          for (Index q = 0; q < N; ++q) mid[q] *= tb.blk[std::size_t(J * N + q)];
+      }
+      for (Index q = 0; q < N; ++q) std::fill(wp + q * ncp + nc, wp + (q + 1) * ncp, T(0));
+      // Panel columns: forward sig - K + 1 + off (sig = lo .. i0-1 -> 0 ..); flipped: output column
+      // L-1-(sig-K+1), ascending as sig descends from i0-1. Rows: u ascending forward, descending
+      // flipped.
+      const Index col0 = fl ? out_col(true, i0 - 1 - K + 1) : out_col(false, 0);
+      const T* a0 = tb.ct.data() + pad + (fl ? i1 - 1 : i0);
+      product(a0, fl ? -1 : 1, lr, n, wp, ncp, N, panel + col0, ld_);
+    }
+    // 2. The diagonal block: lanes k are columns sig = i0 + k (forward) or i1 - 1 - k (flipped).
+    diagonal_block(tb, N, K, fl, i0, i1, panel, s);
+    // 3. The band above G's diagonal, output columns s' in (u-K+1, u]:
+    //    sum over lag <= u - s' of tap(lag) core[u - s' - lag][u].
+    if (K > 1)
+      for (Index u = i0; u < i1; ++u) {
+        T* row = panel + (fl ? i1 - 1 - u : u - i0) * ld_;
+        for (Index sp = std::max<Index>(0, u - K + 2); sp <= u; ++sp) {
+          T v = 0;
+          for (Index lag = 0; sp + lag <= u; ++lag) v += tb.tap[std::size_t(lag)] * tb.core[std::size_t((u - sp - lag) * lr + pad + u)];
+          row[out_col(fl, sp)] += v;
+        }
+      }
+  }
+
+  /// panel[r][col] += sum_m A(r, m) Wp[m][col] for r < rows, A(r, m) at a[r * astep + m * qs],
+  /// columns [0, ncp) in register blocks of NR: 4 rows at a time, then the rest.
+  static void product(const T* a, Index astep, Index qs, Index rows, const T* wp, Index ncp, Index N, T* out, Index ld) {
+    for (Index x = 0; x < ncp; x += NR) {
+      Index r = 0;
+      for (; r + 4 <= rows; r += 4) micro<4>(a + r * astep, astep, qs, wp + x, ncp, N, out + r * ld + x, ld);
+      switch (rows - r) {
+        case 3: micro<3>(a + r * astep, astep, qs, wp + x, ncp, N, out + r * ld + x, ld); break;
+        case 2: micro<2>(a + r * astep, astep, qs, wp + x, ncp, N, out + r * ld + x, ld); break;
+        case 1: micro<1>(a + r * astep, astep, qs, wp + x, ncp, N, out + r * ld + x, ld); break;
+        default: break;
+      }
+    }
+  }
+  template <int R>
+  static void micro(const T* a, Index astep, Index qs, const T* wp, Index ncp, Index N, T* out, Index ld) {
+    using P = Pk<W>;
+    constexpr int C = product_cols;
+    P acc[R][C];
+    for (int i = 0; i < R; ++i)
+      for (int k = 0; k < C; ++k) acc[i][k] = P::broadcast(T(0));
+    for (Index q = 0; q < N; ++q) {
+      P b[C];
+      for (int k = 0; k < C; ++k) b[k] = P::load(wp + q * ncp + k * W);
+      const T* aq = a + q * qs;
+      for (int i = 0; i < R; ++i) {
+        const P v = P::broadcast(aq[i * astep]);
+        for (int k = 0; k < C; ++k) acc[i][k] = fma(v, b[k], acc[i][k]);
+      }
+    }
+    for (int i = 0; i < R; ++i)
+      for (int k = 0; k < C; ++k) (P::load(out + i * ld + k * W) + acc[i][k]).store(out + i * ld + k * W);
+  }
+
+  /// G inside the diagonal block [i0, i1): row u adds sum_m U[u, m] acc[m][k], acc[m][k] the
+  /// running product E(sig_k+1 .. u)[m] Z[sig_k, m] (0 until the row reaches sig_k).
+  void diagonal_block(const tables& tb, Index N, Index K, bool fl, Index i0, Index i1, T* panel, scratch& s) const {
+    using P = Pk<W>;
+    constexpr Index G = (panel_rows + W - 1) / W;  // packs per row of the block
+    const Index lr = lr_;
+    T* acc = sized(s.acc, N * G * W);
+    std::fill(acc, acc + N * G * W, T(0));
+    // Panel column of lane 0: forward sig = i0 -> i0 - K + 1 + off; flipped lane k is sig = i1-1-k,
+    // output column L-1-(i1-1-k-K+1) = L - i1 + K - 1 + k.
+    const Index col0 = fl ? out_col(true, i1 - 1 - K + 1) : out_col(false, i0 - K + 1);
+    P lane[G];
+    for (Index gi = 0; gi < G; ++gi) lane[gi] = P::iota(T(gi * W));
+    const P zero = P::broadcast(T(0));
+    for (Index u = i0; u < i1; ++u) {
+      const T* f = tb.fac.data() + pad + u;
+      const T* z = tb.Z.data() + pad + u;
+      const T* Uu = tb.U.data() + pad + u;
+      // Lane k takes Z[u] (no scalar store into the packs: it would stall their next load);
+      // lanes injected before it (below k forward, above k flipped) advance by fac[u].
+      const Index k = fl ? i1 - 1 - u : u - i0;
+      const P kk = P::broadcast(T(k));
+      P o[G];
+      for (Index gi = 0; gi < G; ++gi) o[gi] = zero;
+      for (Index q = 0; q < N; ++q) {
+        T* aq = acc + q * G * W;
+        const P fq = P::broadcast(f[q * lr]), uq = P::broadcast(Uu[q * lr]), zq = P::broadcast(z[q * lr]);
+        for (Index gi = 0; gi < G; ++gi) {
+          const P adv = P::load(aq + gi * W) * fq;
+          const P v = fl ? select_ge(lane[gi], kk, select_ge(kk, lane[gi], zq, adv), zero)
+                         : select_ge(kk, lane[gi], select_ge(lane[gi], kk, zq, adv), zero);
+          v.store(aq + gi * W);
+          o[gi] = fma(uq, v, o[gi]);
+        }
+      }
+      T* row = panel + (fl ? i1 - 1 - u : u - i0) * ld_ + col0;
+      for (Index gi = 0; gi < G; ++gi) (P::load(row + gi * W) + o[gi]).store(row + gi * W);
+    }
+  }
+};
+
+/// Every channel's matrix of n into out (D, L, L) through all_channels when n expands into terms it
+/// takes; false (out untouched) otherwise.
+template <class T, class Node>
+bool materialize_all_terms(const Node& n, const context& cx, T* out) {
+  std::vector<all_term<T>> terms;
+  if (!expand_all_terms<T>(n, cx, terms)) return false;
+  all_channels<T>(terms, cx).run(out);
+  return true;
+}
+
+}  // namespace iattn::cpu_detail
