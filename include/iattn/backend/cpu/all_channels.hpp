@@ -446,23 +446,35 @@ class all_channels {
       const T* Uu = tb.U.data() + pad + u;
       // Lane k takes Z[u] (no scalar store into the packs: it would stall their next load);
       // lanes injected before it (below k forward, above k flipped) advance by fac[u].
+      // Only packs with a lane injected by now take part (forward: lanes <= k, flipped: lanes >= k),
+      // and only lane k's pack selects; the others advance every lane.
       const Index k = fl ? i1 - 1 - u : u - i0;
+      const Index gk = k / W, ga = fl ? gk : 0, gb = fl ? G : gk + 1;  // active packs [ga, gb)
       const P kk = P::broadcast(T(k));
       P o[G];
       for (Index gi = 0; gi < G; ++gi) o[gi] = zero;
-      for (Index q = 0; q < N; ++q) {
-        T* aq = acc + q * G * W;
-        const P fq = P::broadcast(f[q * lr]), uq = P::broadcast(Uu[q * lr]), zq = P::broadcast(z[q * lr]);
-        for (Index gi = 0; gi < G; ++gi) {
-          const P adv = P::load(aq + gi * W) * fq;
-          const P v = fl ? select_ge(lane[gi], kk, select_ge(kk, lane[gi], zq, adv), zero)
-                         : select_ge(kk, lane[gi], select_ge(lane[gi], kk, zq, adv), zero);
-          v.store(aq + gi * W);
-          o[gi] = fma(uq, v, o[gi]);
+      for (Index gi = ga; gi < gb; ++gi) {
+        T* ag = acc + gi * W;
+        P og = zero;
+        if (gi == gk) {
+          for (Index q = 0; q < N; ++q) {
+            const P v0 = P::load(ag + q * G * W) * P::broadcast(f[q * lr]), zq = P::broadcast(z[q * lr]);
+            const P v = fl ? select_ge(lane[gi], kk, select_ge(kk, lane[gi], zq, v0), zero)
+                           : select_ge(kk, lane[gi], select_ge(lane[gi], kk, zq, v0), zero);
+            v.store(ag + q * G * W);
+            og = fma(P::broadcast(Uu[q * lr]), v, og);
+          }
+        } else {
+          for (Index q = 0; q < N; ++q) {
+            const P v = P::load(ag + q * G * W) * P::broadcast(f[q * lr]);
+            v.store(ag + q * G * W);
+            og = fma(P::broadcast(Uu[q * lr]), v, og);
+          }
         }
+        o[gi] = og;
       }
       T* row = panel + (fl ? i1 - 1 - u : u - i0) * ld_ + col0;
-      for (Index gi = 0; gi < G; ++gi) (P::load(row + gi * W) + o[gi]).store(row + gi * W);
+      for (Index gi = ga; gi < gb; ++gi) (P::load(row + gi * W) + o[gi]).store(row + gi * W);
     }
   }
 };
