@@ -122,7 +122,7 @@ class all_channels {
   };
   struct scratch {
     std::vector<tables> tab;
-    std::vector<T> panel, wp, acc, e, lam;
+    std::vector<T> panel, wp, acc, e, lam, cum, post, pre;
   };
   /// Per term, (D, L): w * post, pre and a factored decay's dt, channel-major.
   struct gathered {
@@ -242,95 +242,137 @@ class all_channels {
     T* blk = sized(tb.blk, np_ * N);
     T* tap = sized(tb.tap, K);
     for (Index lag = 0; lag < K; ++lag) tap[lag] = m.conv ? m.conv->tap(lag, c) : T(1);
-    const T* post = gd.post[k].data() + c * L;
-    const T* pre = gd.pre[k].data() + c * L;
-    // Decay factors (pads 1), U = post C and Bp = pre B (pads 0).
-    T* lam = sized(s.lam, L);
-    if (S.factored()) {
-      std::copy(gd.dt[k].data() + c * L, gd.dt[k].data() + (c + 1) * L, lam);
-    } else if (!S.per_state()) {
-      for (Index u = 0; u < L; ++u) lam[u] = S.lambda()(u, h);
+    // post and pre of channel c, padded to whole packs
+    T* post_ = sized(s.post, lr);
+    T* pre_ = sized(s.pre, lr);
+    std::copy(gd.post[k].data() + c * L, gd.post[k].data() + (c + 1) * L, post_);
+    std::copy(gd.pre[k].data() + c * L, gd.pre[k].data() + (c + 1) * L, pre_);
+    std::fill(post_ + L, post_ + lr, T(0));
+    std::fill(pre_ + L, pre_ + lr, T(0));
+    // lambda[u, m] = lam[u] * rate[m] when the decay is factored (rate = A's row) or one per head
+    // (rate = 1); per state otherwise (shared = false).
+    const bool shared = S.factored() || !S.per_state();
+    T* lam = sized(s.lam, lr);
+    T* rate = sized(s.e, N);
+    if (shared) {
+      std::fill(lam, lam + lr, T(0));
+      if (S.factored())
+        std::copy(gd.dt[k].data() + c * L, gd.dt[k].data() + (c + 1) * L, lam + pad);
+      else
+        for (Index u = 0; u < L; ++u) lam[pad + u] = S.lambda()(u, h);
+      for (Index q = 0; q < N; ++q) rate[q] = S.factored() ? S.decay_rate()(h, q) : T(1);
     }
+    // Decay factors (pads 1), U = post C and Bp = pre B (pads 0), whole packs over the tokens.
+    const Index Lw = (L + W - 1) / W * W;  // the packs' reach; lr >= pad + Lw + W
     for (Index q = 0; q < N; ++q) {
       T* fq = fac + q * lr;
       T* uq = U + q * lr;
       T* bq = Bp + q * lr;
-      std::fill(fq, fq + lr, T(1));
-      std::fill(uq, uq + lr, T(0));
-      std::fill(bq, bq + lr, T(0));
-      if (S.per_state() && !S.factored()) {
+      std::fill(fq, fq + pad, T(1));
+      std::fill(uq, uq + pad, T(0));
+      std::fill(bq, bq + pad, T(0));
+      if (!shared)
         for (Index u = 0; u < L; ++u) fq[pad + u] = S.lambda()(u, h * N + q);
-      } else {
-        const T aq = S.factored() ? S.decay_rate()(h, q) : T(1);
-        for (Index u = 0; u < L; ++u) fq[pad + u] = lam[u] * aq;
-      }
       const T* cq = ct_[k].data() + (g + q) * lr + pad;
       const T* Bq = bt_[k].data() + (g + q) * lr + pad;
-      Index u = 0;
-      for (; u + W <= L; u += W) {
-        exp(P::load(fq + pad + u)).store(fq + pad + u);
-        (P::load(post + u) * P::load(cq + u)).store(uq + pad + u);
-        (P::load(pre + u) * P::load(Bq + u)).store(bq + pad + u);
+      const P aq = P::broadcast(rate[shared ? q : 0]);
+      for (Index u = 0; u < Lw; u += W) {
+        const P l = shared ? aq * P::load(lam + pad + u) : P::load(fq + pad + u);
+        exp(l).store(fq + pad + u);
+        (P::load(post_ + u) * P::load(cq + u)).store(uq + pad + u);
+        (P::load(pre_ + u) * P::load(Bq + u)).store(bq + pad + u);
       }
-      for (; u < L; ++u) {
-        fq[pad + u] = std::exp(fq[pad + u]);
-        uq[pad + u] = post[u] * cq[u];
-        bq[pad + u] = pre[u] * Bq[u];
-      }
+      // past L: decay 1, nothing injected or read out
+      std::fill(fq + pad + L, fq + lr, T(1));
+      std::fill(uq + pad + L, uq + lr, T(0));
+      std::fill(bq + pad + L, bq + lr, T(0));
     }
-    // Z[sig] = sum_r tap(K-1-r) Bp[sig-r] E(sig-r+1 .. sig) for sig >= K-1 (0 before); the core's
-    // K-1 diagonals core[d][u] = sum_m U[u] E(u-d+1 .. u) Bp[u-d] (0 for u < d: Bp's pad).
-    std::fill(Z, Z + nrow, T(0));
-    std::fill(core, core + std::max<Index>(K - 1, 1) * lr, T(0));
+    // Z[sig] = sum_r tap(K-1-r) Bp[sig-r] E(sig-r+1 .. sig) for sig >= K-1 (0 before, and past L);
+    // the core's K-1 diagonals core[d][u] = sum_m U[u] E(u-d+1 .. u) Bp[u-d] (0 for u < d: Bp's
+    // pad), the packs of states accumulated in registers.
     for (Index q = 0; q < N; ++q) {
       const T* fq = fac + q * lr + pad;
       const T* bq = Bp + q * lr + pad;
-      const T* uq = U + q * lr + pad;
-      T* zq = Z + q * lr + pad;
-      packs(L - (K - 1), [&](P, Index i) {
-        const Index sig = K - 1 + i;
+      T* zq = Z + q * lr;
+      std::fill(zq, zq + pad + std::min(L, K - 1), T(0));
+      for (Index sig = K - 1; sig < L; sig += W) {
         P e = P::broadcast(T(1)), v = P::broadcast(T(0));
         for (Index r = 0; r < K; ++r) {
           if (r > 0) e = e * P::load(fq + sig - r + 1);
           v = fma(P::broadcast(tap[K - 1 - r]) * P::load(bq + sig - r), e, v);
         }
-        v.store(zq + sig);
-      });
-      if (K > 1)
-        packs(L, [&](P, Index u) {
-          P e = P::load(uq + u);
+        v.store(zq + pad + sig);
+      }
+      std::fill(zq + pad + L, zq + lr, T(0));
+    }
+    if (K > 1) {
+      constexpr Index maxd = max_mean_conv;  // K - 1 < maxd
+      for (Index u = 0; u < L; u += W) {
+        P acc[maxd];
+        for (Index d = 0; d < K - 1; ++d) acc[d] = P::broadcast(T(0));
+        for (Index q = 0; q < N; ++q) {
+          const T* fq = fac + q * lr + pad;
+          const T* bq = Bp + q * lr + pad;
+          P e = P::load(U + q * lr + pad + u);
           for (Index d = 0; d < K - 1; ++d) {
             if (d > 0) e = e * P::load(fq + u - d + 1);
-            T* cd = core + d * lr + pad + u;
-            fma(e, P::load(bq + u - d), P::load(cd)).store(cd);
+            acc[d] = fma(e, P::load(bq + u - d), acc[d]);
           }
-        });
+        }
+        for (Index d = 0; d < K - 1; ++d) acc[d].store(core + d * lr + pad + u);
+      }
     }
-    // Past L, Z and core hold what the packs wrote into the pads: clear them (the products read
-    // whole packs of bt).
-    for (Index q = 0; q < N; ++q) std::fill(Z + q * lr + pad + L, Z + (q + 1) * lr, T(0));
     // ct[u] = U[u] E(b0+1 .. u) forward from the block's first token, bt[sig] = Z[sig] E(sig+1 ..
     // b1-1) backward from its last (stored at L-1-sig when flipped), blk the whole block's decay.
+    // A shared decay sums lam over those ranges once for all states, exp(rate * sum) per state;
+    // a per-state one takes running products.
     std::fill(bt, bt + nrow, T(0));
-    for (Index q = 0; q < N; ++q) {
-      const T* fq = fac + q * lr + pad;
-      const T* uq = U + q * lr + pad;
-      const T* zq = Z + q * lr + pad;
-      T* cq = ct + q * lr + pad;
-      T* bq = bt + q * lr + pad;
+    if (shared) {
+      T* fwd = sized(s.cum, 3 * lr);  // sum of lam over b0+1 .. u; over sig+1 .. b1-1 (at sig)
+      T* bwd = fwd + lr;
+      T* tmp = bwd + lr;
+      std::fill(fwd, fwd + 2 * lr, T(0));
       for (Index b = 0; b < np_; ++b) {
         const Index b0 = tb.edges[std::size_t(b)], b1 = tb.edges[std::size_t(b) + 1];
-        T e = T(1);
-        for (Index u = b0; u < b1; ++u) {
-          if (u > b0) e *= fq[u];
-          cq[u] = e * uq[u];
+        for (Index u = b0 + 1; u < b1; ++u) fwd[u] = fwd[u - 1] + lam[pad + u];
+        for (Index u = b1 - 2; u >= b0; --u) bwd[u] = bwd[u + 1] + lam[pad + u + 1];
+        for (Index q = 0; q < N; ++q) blk[b * N + q] = std::exp(rate[q] * (bwd[b0] + lam[pad + b0]));
+      }
+      for (Index q = 0; q < N; ++q) {
+        const P aq = P::broadcast(rate[q]);
+        const T* uq = U + q * lr + pad;
+        const T* zq = Z + q * lr + pad;
+        T* cq = ct + q * lr + pad;
+        T* bq = bt + q * lr + pad;
+        T* to = a.flipped ? tmp : bq;
+        for (Index u = 0; u < Lw; u += W) {
+          (exp(aq * P::load(fwd + u)) * P::load(uq + u)).store(cq + u);
+          (exp(aq * P::load(bwd + u)) * P::load(zq + u)).store(to + u);
         }
-        e = T(1);
-        for (Index sg = b1 - 1; sg >= b0; --sg) {
-          bq[a.flipped ? L - 1 - sg : sg] = e * zq[sg];
-          e *= fq[sg];
+        if (a.flipped)
+          for (Index sg = 0; sg < L; ++sg) bq[L - 1 - sg] = tmp[sg];
+      }
+    } else {
+      for (Index q = 0; q < N; ++q) {
+        const T* fq = fac + q * lr + pad;
+        const T* uq = U + q * lr + pad;
+        const T* zq = Z + q * lr + pad;
+        T* cq = ct + q * lr + pad;
+        T* bq = bt + q * lr + pad;
+        for (Index b = 0; b < np_; ++b) {
+          const Index b0 = tb.edges[std::size_t(b)], b1 = tb.edges[std::size_t(b) + 1];
+          T e = T(1);
+          for (Index u = b0; u < b1; ++u) {
+            if (u > b0) e *= fq[u];
+            cq[u] = e * uq[u];
+          }
+          e = T(1);
+          for (Index sg = b1 - 1; sg >= b0; --sg) {
+            bq[a.flipped ? L - 1 - sg : sg] = e * zq[sg];
+            e *= fq[sg];
+          }
+          blk[b * N + q] = e;
         }
-        blk[b * N + q] = e;
       }
     }
   }
