@@ -313,6 +313,26 @@ TEST_CASE("materialize_all: flipped and forward diag * S * diag * conv terms aga
     check_bidir<double, false>(L);
     check_bidir<float, false>(L);
   }
+  // A per-state decay (running products rather than one sum per block), forward and flipped.
+  for (Index L : {1, 17, 50}) {
+    INFO("per-state, L = " << L);
+    const Index H = 2, P = 3, N = 5, D = H * P;
+    MatD lam = uniform<double>(L, H * N, -0.9, -0.01);
+    for (Index t = 4; t < L; t += 19) lam(t, 3) = -std::numeric_limits<double>::infinity();
+    const MatD B = normal<double>(L, N), C = normal<double>(L, N), z = normal<double>(L, D), w = normal<double>(3, D);
+    const auto S = iattn::semiseparable(lam, B, C, {.heads = H, .head_dim = P});
+    const auto h = iattn::diagonal(z) * S * iattn::causal_conv(w) + 2.0 * iattn::flip(S);
+    std::vector<iattn::cpu_detail::all_term<double>> terms;
+    REQUIRE(iattn::cpu_detail::expand_all_terms<double>(h, iattn::cpu_detail::context{L, D}, terms));
+    const iattn::Tensor3<double> all = iattn::materialize_all(h);
+    for (Index c = 0; c < D; ++c) {
+      const MatD Sc = dense_semiseparable(lam, B, C, H, P, 1, c);
+      MatD ref = dense_diagonal(z, c, L) * Sc * dense_conv(w, c, L);
+      for (Index t = 0; t < L; ++t)
+        for (Index u = 0; u < L; ++u) ref(t, u) += 2.0 * Sc(L - 1 - t, L - 1 - u);
+      check_close(all.slice(c), ref, tol<double>());
+    }
+  }
   // Outside the structured path: a flip inside a product, a strict core; the tile path serves them.
   using namespace iattn;
   const bidir_like<double> m(9);
