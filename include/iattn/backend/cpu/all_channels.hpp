@@ -17,9 +17,13 @@
 // u) are summed directly from the core's entries. G in blocks of panel_rows tokens, as decay_tiles:
 // below the diagonal block one product per row panel, Ct_I (rows) against every column to its left
 // scaled by its block's mid = E(j1 .. i0) (Ct[u] = U[u] E(i0+1 .. u), Bt[sig] = Z[sig] E(sig+1 ..
-// j1-1), every factor an exp of a sum of log-decays within one block, or a product of such);
-// inside the diagonal block running products of the per-token decays, vectorised across columns.
-// No exp argument is positive when the log-decays are not, and lambda = -inf gives exact zeros.
+// j1-1): a decay shared by the states (factored, lambda = dt A[m], or one per head) as exp(A[m] times
+// the block's sum of dt), a per-state one as running products of at most panel_rows per-token
+// factors; mid a product of whole blocks' decays); inside the diagonal block running products of
+// the per-token factors, vectorised across columns. No exp argument is positive when the
+// log-decays are not, nothing is differenced, and lambda = -inf gives exact zeros. The per-channel
+// tables are state-major (entry (m, u) at m * lr + pad + u), so the O(L N) set-up runs in whole
+// packs over the tokens.
 //
 // A flipped term's own token u is output row L-1-u: its blocks are cut from the end, so that output
 // panel [r0, r1) is its block [L-r1, L-r0), and its columns are laid out reversed when its operands
