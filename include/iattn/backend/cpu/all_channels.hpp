@@ -106,6 +106,8 @@ class all_channels {
   void run(T* out) {
     gathered& g = gather();
     parallel_for(D_, [&](Index c) { channel(c, g, thread_scratch(), out + c * L_ * L_); });
+    // Kept for the next call unless large (3 (D, L) arrays per term: 7 MB for Vision-Mamba-small).
+    if (3 * terms_.size() * std::size_t(D_ * L_) * sizeof(T) > (std::size_t(64) << 20)) g = gathered{};
   }
 
  private:
