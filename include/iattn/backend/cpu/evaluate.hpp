@@ -171,7 +171,8 @@ void materialize_head_means(const Node& n, const context& cx, Index P, bool abs,
   }
 }
 
-/// Every channel's matrix into out (D, L, L), row-major [c][t][s]: in parallel over channels, each
+/// Every channel's matrix into out (D, L, L), row-major [c][t][s]: sums of diag * S * diag * conv
+/// terms and their flips by row panels (all_channels.hpp); otherwise in parallel over channels, each
 /// evaluator writing its tiles straight into its slice (tiles above the diagonal of a causal
 /// expression set to zero, once), no temporaries.
 template <class T, class Node>
