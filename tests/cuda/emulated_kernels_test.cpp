@@ -101,12 +101,12 @@ IATTN_EMULATED_CASE_AT("Identity apply, materialize, row, col (beside, in produc
 IATTN_EMULATED_CASE_AT("SoftmaxAttention apply, materialize, row, col", cuda_test::softmax_cases, cuda_test::serial_matrices)
 // The means' own kernel has no barrier, and the materialize kernels they call run on the serial
 // schedules above: the concurrent schedule only.
-TEST_CASE("materialize_all, channel and head means, concurrent", "[kernels][concurrent]") {
+TEST_CASE("materialize_all, channel and head means, concurrent", "[kernels][concurrent][concurrent-only]") {
   cuda_test::mean_cases<float>(on(schedule::concurrent), catch_check{}, concurrent_lengths);
   cuda_test::mean_cases<double>(on(schedule::concurrent), catch_check{}, concurrent_lengths);
 }
 
-TEST_CASE("device_expression: copied once, the same results, one stream", "[kernels][concurrent]") {
+TEST_CASE("device_expression: copied once, the same results, one stream", "[kernels][concurrent][concurrent-only]") {
   cuda_test::resident_cases<float>(on(schedule::concurrent), catch_check{}, concurrent_lengths);
   cuda_test::resident_cases<double>(on(schedule::concurrent), catch_check{}, concurrent_lengths);
 }
