@@ -93,6 +93,13 @@ class all_channels {
     ld_ = (off_ + L_ + off_ + panel_rows + 4 * W + W - 1) / W * W;
     np_ = (L_ + panel_rows - 1) / panel_rows;
     lr_ = pad + (L_ + W - 1) / W * W + W;
+    // Block edges in a term's own order, ascending: output panels [r0, r1) are its blocks [r0, r1)
+    // (forward), or [L-r1, L-r0) (flipped).
+    for (int f = 0; f < 2; ++f) {
+      edges_[f].resize(std::size_t(np_ + 1));
+      for (Index b = 0; b <= np_; ++b)
+        edges_[f][std::size_t(b)] = f ? L_ - std::min(L_, (np_ - b) * panel_rows) : std::min(L_, b * panel_rows);
+    }
     // B and C of every term with a core, state-major (G*N, lr): shared by its channels.
     bt_.resize(terms_.size()), ct_.resize(terms_.size());
     for (std::size_t k = 0; k < terms_.size(); ++k)
@@ -124,7 +131,6 @@ class all_channels {
   struct tables {
     std::vector<T> fac, U, Bp, Z, ct, bt, core;  // (N, lr) each but core (K - 1, lr)
     std::vector<T> blk, tap;                     // (blocks, N); the channel's taps (K)
-    std::vector<Index> edges;                    // block edges, ascending, blocks + 1 of them
   };
   struct scratch {
     std::vector<tables> tab;
@@ -143,6 +149,7 @@ class all_channels {
   const std::vector<all_term<T>>& terms_;
   Index L_, D_, maxK_ = 1, off_ = 0, ld_ = 0, np_ = 0, lr_ = 0;
   std::vector<std::vector<T>> bt_, ct_;
+  std::vector<Index> edges_[2];  // [flipped]
 
   /// x (L, M) into out (M, lr) state-major, pads 0.
   void transpose_rows(const coefficient<T>& x, std::vector<T>& out) const {
@@ -220,13 +227,6 @@ class all_channels {
     }
   }
 
-  /// Calls f(pack, i) for i = 0, W, ... below n: whole packs, reading and writing up to W - 1
-  /// entries past n (the rows' tails are padding).
-  template <class F>
-  static void packs(Index n, F&& f) {
-    for (Index i = 0; i < n; i += W) f(Pk<W>{}, i);
-  }
-
   /// The term's tables for channel c, state-major.
   void prepare(const all_term<T>& a, Index c, std::size_t k, const gathered& gd, tables& tb, scratch& s) const {
     using P = Pk<W>;
@@ -234,10 +234,7 @@ class all_channels {
     const Semiseparable<T>& S = *m.S;
     const Index L = L_, N = S.state(), K = m.width(), h = S.head_of(c), g = S.group_of_head(h) * N;
     const Index lr = lr_, nrow = N * lr;
-    // Block edges in the term's order: output panels [r0, r1) are blocks [r0, r1), or [L-r1, L-r0).
-    tb.edges.assign(std::size_t(np_ + 1), 0);
-    for (Index b = 0; b <= np_; ++b)
-      tb.edges[std::size_t(b)] = a.flipped ? L - std::min(L, (np_ - b) * panel_rows) : std::min(L, b * panel_rows);
+    const std::vector<Index>& edges = edges_[a.flipped];
     T* fac = sized(tb.fac, nrow);
     T* U = sized(tb.U, nrow);
     T* Bp = sized(tb.Bp, nrow);
@@ -339,7 +336,7 @@ class all_channels {
       T* tmp = bwd + lr;
       std::fill(fwd, fwd + 2 * lr, T(0));
       for (Index b = 0; b < np_; ++b) {
-        const Index b0 = tb.edges[std::size_t(b)], b1 = tb.edges[std::size_t(b) + 1];
+        const Index b0 = edges[std::size_t(b)], b1 = edges[std::size_t(b) + 1];
         for (Index u = b0 + 1; u < b1; ++u) fwd[u] = fwd[u - 1] + lam[pad + u];
         for (Index u = b1 - 2; u >= b0; --u) bwd[u] = bwd[u + 1] + lam[pad + u + 1];
         for (Index q = 0; q < N; ++q) blk[b * N + q] = std::exp(rate[q] * (bwd[b0] + lam[pad + b0]));
@@ -366,7 +363,7 @@ class all_channels {
         T* cq = ct + q * lr + pad;
         T* bq = bt + q * lr + pad;
         for (Index b = 0; b < np_; ++b) {
-          const Index b0 = tb.edges[std::size_t(b)], b1 = tb.edges[std::size_t(b) + 1];
+          const Index b0 = edges[std::size_t(b)], b1 = edges[std::size_t(b) + 1];
           T e = T(1);
           for (Index u = b0; u < b1; ++u) {
             if (u > b0) e *= fq[u];
@@ -389,7 +386,8 @@ class all_channels {
     const Index N = m.S->state(), K = m.width(), lr = lr_;
     const bool fl = a.flipped;
     const Index b = fl ? np_ - 1 - p : p;  // the term's block
-    const Index i0 = tb.edges[std::size_t(b)], i1 = tb.edges[std::size_t(b) + 1], n = i1 - i0;
+    const std::vector<Index>& edges = edges_[fl];
+    const Index i0 = edges[std::size_t(b)], i1 = edges[std::size_t(b) + 1], n = i1 - i0;
     // 1. Below the diagonal block: columns sig in [K-1, i0), as panel columns ascending.
     const Index lo = K - 1;
     if (i0 > lo) {
@@ -399,7 +397,7 @@ class all_channels {
       T* mid = sized(s.e, N);
       for (Index q = 0; q < N; ++q) mid[q] = tb.fac[std::size_t(q * lr + pad + i0)];
       for (Index J = b - 1; J >= 0; --J) {
-        const Index j0 = std::max(tb.edges[std::size_t(J)], lo), j1 = tb.edges[std::size_t(J) + 1];
+        const Index j0 = std::max(edges[std::size_t(J)], lo), j1 = edges[std::size_t(J) + 1];
         if (j0 < j1) {
           // forward: x = sig - lo; flipped: x = i0 - 1 - sig (columns reversed), which is where
           // bt keeps sig: at L - 1 - sig = x + L - i0
