@@ -11,6 +11,9 @@
 //   materialize_mean(cuda{s}, H, o)          the mean of H^c (or |H^c|) over channels, (L, L)
 //   materialize_head_means(cuda{s}, H, o)    every head's mean, (heads L, L)
 //   to_device(m, cuda{s}), to_host(dm)   host <-> device copies (backend/cuda/memory.hpp)
+//   to_device<S>(m, cuda{s}), convert<S>(cuda{s}, dm)   16-bit storage (S = float16, bfloat16):
+//                                  rounded from float on the host or on the device; apply and bind
+//                                  take 16-bit X, compute in float, and apply returns Y as X's type
 //   bind(cuda{s}, H, X)            H with every GroupNorm's statistics taken from X (L, D) on the
 //                                  device (the CPU's bind(H, X)); materialize, row and col need it
 //   to_device(H, cuda{s})          H kept on the device: each coefficient copied once, not per call;
@@ -117,6 +120,48 @@ device_matrix<T> apply(cuda on, const H& h, const device_matrix<T>& X) {
   return Y;
 }
 
+/// m converted on the device (one elementwise pass on on.stream): a float matrix rounded to 16-bit
+/// storage (To = float16 or bfloat16: round to nearest, ties to even; beyond the largest finite
+/// value ±inf, as CUDA's __float2half_rn), or 16-bit storage read into float (exact).
+template <DeviceValue To, DeviceValue From>
+device_matrix<To> convert(cuda on, const device_matrix<From>& m) {
+  static_assert((std::is_same_v<From, float> && is_storage16_v<To>) || (is_storage16_v<From> && std::is_same_v<To, float>),
+                "convert<To>(iattn::cuda, m): converts float to float16 / bfloat16 and back");
+  device_matrix<To> out(m.rows(), m.cols(), on);
+  if (m.size() == 0) return out;
+  if constexpr (std::is_same_v<From, float> && is_storage16_v<To>)
+    simt::launch("narrow_values", &cuda_detail::narrow_values<To>, cuda_detail::elementwise_launch(m.size()), on.stream,
+                 m.data(), out.data(), m.size());
+  else if constexpr (is_storage16_v<From> && std::is_same_v<To, float>)
+    simt::launch("widen_values", &cuda_detail::widen_values<From>, cuda_detail::elementwise_launch(m.size()), on.stream,
+                 m.data(), out.data(), m.size());
+  return out;
+}
+
+/// Y = H X with X in 16-bit storage (float16 or bfloat16, (L, D) on the device): X read into float,
+/// H X computed in float exactly as for a float X, Y rounded once to X's type (convert's rounding).
+/// H must be a float expression.
+template <Operator H, class S>
+  requires is_storage16_v<S>
+device_matrix<S> apply(cuda on, const H& h, const device_matrix<S>& X) {
+  static_assert(cuda_detail::applies_v<H>,
+                "apply(iattn::cuda, H, X): the CUDA backend applies " IATTN_CUDA_COVERED);
+  static_assert(std::is_same_v<typename H::scalar, float>,
+                "apply(iattn::cuda, H, X) with X in float16 / bfloat16 storage computes in float: H must be a float "
+                "expression");
+  detail::check_input(h, X.rows(), X.cols(), "apply(iattn::cuda, H, X)", "X");
+  device_matrix<S> Y(X.rows(), X.cols(), on);
+  if constexpr (cuda_detail::applies_v<H>) {
+    const device_matrix<float> x = convert<float>(on, X);
+    device_matrix<float> y(X.rows(), X.cols(), on);
+    cuda_detail::apply_node(h, on, x.data(), y.data(), X.rows(), X.cols());
+    if (y.size() > 0)
+      simt::launch("narrow_values", &cuda_detail::narrow_values<S>, cuda_detail::elementwise_launch(y.size()),
+                   on.stream, static_cast<const float*>(y.data()), Y.data(), y.size());
+  }
+  return Y;
+}
+
 /// Y = H X from a host matrix to a host matrix: X copied in, Y copied out (waits for on.stream).
 template <Operator H, class XD>
 Matrix<typename XD::Scalar> apply(cuda on, const H& h, const Eigen::MatrixBase<XD>& X) {
@@ -138,6 +183,20 @@ H bind(cuda on, const H& h, const device_matrix<T>& X) {
     return h;
   } else {
     return cuda_detail::device_binder<H>::bind(h, on, X.data(), X.rows(), X.cols());
+  }
+}
+
+/// bind with X in 16-bit storage: the statistics from X's values read into float.
+template <Operator H, class S>
+  requires is_storage16_v<S>
+H bind(cuda on, const H& h, const device_matrix<S>& X) {
+  static_assert(std::is_same_v<typename H::scalar, float>,
+                "bind(iattn::cuda, H, X) with X in float16 / bfloat16 storage: H must be a float expression");
+  detail::check_input(h, X.rows(), X.cols(), "bind(iattn::cuda, H, X)", "X");
+  if constexpr (!has_group_norm_v<H>) {
+    return h;
+  } else {
+    return bind(on, h, convert<float>(on, X));
   }
 }
 
@@ -375,6 +434,12 @@ device_matrix<typename H::scalar> col(cuda on, const H& h, Index s, Index c, Ind
 
 template <Operator H, Scalar T>
 device_matrix<T> apply(cuda on, const device_expression<H>& h, const device_matrix<T>& X) {
+  const auto s = h.scope(on, "apply(iattn::cuda, device_expression, X)");
+  return apply(on, h.expression(), X);
+}
+template <Operator H, class S>
+  requires is_storage16_v<S>
+device_matrix<S> apply(cuda on, const device_expression<H>& h, const device_matrix<S>& X) {
   const auto s = h.scope(on, "apply(iattn::cuda, device_expression, X)");
   return apply(on, h.expression(), X);
 }

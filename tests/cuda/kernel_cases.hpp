@@ -17,6 +17,8 @@
 #include <iattn/iattn.hpp>
 
 #include <algorithm>
+#include <bit>
+#include <cstdint>
 #include <cmath>
 #include <complex>
 #include <limits>
@@ -1269,6 +1271,134 @@ void softmax_cases(iattn::cuda on, Check&& check, const lengths& ls) {
   }
 }
 
+// ---- 16-bit storage (float16, bfloat16) ----------------------------------------------------------
+
+/// S's unit roundoff: float16 keeps 11 significant bits, bfloat16 8.
+template <class S>
+double unit_roundoff() {
+  return std::is_same_v<S, iattn::float16> ? std::ldexp(1.0, -11) : std::ldexp(1.0, -8);
+}
+template <class S>
+const char* storage_label() {
+  return std::is_same_v<S, iattn::float16> ? "float16" : "bfloat16";
+}
+
+/// x rounded to S and read back (what a 16-bit X holds), on the host.
+template <class S>
+Mat<float> rounded(const Mat<float>& x) {
+  Mat<float> r(x.rows(), x.cols());
+  for (Index i = 0; i < x.size(); ++i) r.data()[i] = iattn::to_float(iattn::round_to<S>(x.data()[i]));
+  return r;
+}
+
+/// Reports a 16-bit result against float's (one rounding to S allowed on top of float's
+/// tolerance): error = max over entries of |got - expected| - u |expected|, u S's unit roundoff.
+template <class Check>
+void compare_rounded(Check&& check, const std::string& what, const Mat<float>& got, const MatD& expected, double u) {
+  if (got.rows() != expected.rows() || got.cols() != expected.cols()) {
+    check(what + ": shape mismatch", std::numeric_limits<double>::infinity(), 0.0);
+    return;
+  }
+  double err = 0;
+  for (Index i = 0; i < got.size(); ++i) {
+    const double e = std::abs(double(got.data()[i]) - expected.data()[i]) - u * std::abs(expected.data()[i]);
+    err = std::max(err, std::isnan(e) ? std::numeric_limits<double>::infinity() : e);
+  }
+  check(what, err, 1e-4 * (1.0 + (expected.size() ? expected.cwiseAbs().maxCoeff() : 0.0)));
+}
+
+/// Floats that reach every branch of the rounding: zeros, subnormal and normal float16 ranges,
+/// exact ties (odd and even), the overflow thresholds, infinities and NaN; and values drawn over
+/// the exponent range.
+inline Mat<float> rounding_probes() {
+  std::vector<float> v = {0.0f, -0.0f, 1.0f, -1.0f, 65504.0f, 65519.0f, 65520.0f, -65520.0f, 1e5f, 6.1035156e-5f,
+                          5.9604645e-8f, 2.9802322e-8f, 2.9802326e-8f, 1e-30f, 1.0009765625f /* float16 tie, even */,
+                          1.0029296875f /* float16 tie, odd */, 1.00390625f /* bfloat16 tie, even */,
+                          1.01171875f /* bfloat16 tie, odd */, 3.3895314e38f, 3.4028235e38f,
+                          std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+                          std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::denorm_min()};
+  std::uniform_real_distribution<double> mant(1, 2), expo(-30, 20);
+  for (int i = 0; i < 1000; ++i) v.push_back(float((i % 2 ? -1 : 1) * mant(test::rng()) * std::exp2(std::floor(expo(test::rng())))));
+  Mat<float> m(1, Index(v.size()));
+  for (std::size_t i = 0; i < v.size(); ++i) m(0, Index(i)) = v[i];
+  return m;
+}
+
+/// One storage type S: the conversion kernels against the host's rounding (the same bits), and Y =
+/// H X with X and Y in S for Mamba-1's chain, a Vision-Mamba-like bidirectional sum and a
+/// GroupNorm after a recurrence (bind from 16-bit X), against the CPU backend on X's rounded values.
+template <class S, class Check>
+void storage16_one(iattn::cuda on, Check&& check, const lengths& ls) {
+  const std::string label = storage_label<S>();
+  const double u = unit_roundoff<S>();
+  {  // the conversion kernels: the host's bits exactly
+    const Mat<float> p = rounding_probes();
+    const iattn::device_matrix<S> n = iattn::convert<S>(on, iattn::to_device(p, on));
+    const Mat<float> back = iattn::to_host(n);                            // widened on the host
+    const Mat<float> wide = iattn::to_host(iattn::convert<float>(on, n));  // widened on the device
+    double bad = 0;
+    for (Index i = 0; i < p.size(); ++i) {
+      const float want = iattn::to_float(iattn::round_to<S>(p(0, i)));
+      const bool same = (std::isnan(want) && std::isnan(back(0, i)) && std::isnan(wide(0, i))) ||
+                        (std::bit_cast<std::uint32_t>(want) == std::bit_cast<std::uint32_t>(back(0, i)) &&
+                         std::bit_cast<std::uint32_t>(want) == std::bit_cast<std::uint32_t>(wide(0, i)));
+      bad += same ? 0 : 1;
+    }
+    check(label + ": convert kernels vs the host's rounding (" + std::to_string(p.size()) + " probes, mismatches)", bad, 0.0);
+    Mat<float> finite = uniform<float>(1, 1000, -6e4, 6e4);  // within both types' range
+    for (Index i = 0; i < p.size(); ++i)
+      if (std::isfinite(p(0, i)) && std::abs(p(0, i)) < 6e4f) finite(0, i % 1000) = p(0, i);
+    check(label + ": to_device<S> (rounded on the host) vs convert<S> (on the device)",
+          (iattn::to_host(iattn::to_device<S>(finite, on)) -
+           iattn::to_host(iattn::convert<float>(on, iattn::convert<S>(on, iattn::to_device(finite, on)))))
+              .cwiseAbs()
+              .maxCoeff(),
+          0.0);
+  }
+  for (Index L : ls.scan) {
+    if (L > 257) continue;
+    const Index D = 6, N = 16, K = 4;
+    const Mat<float> dt = uniform<float>(L, D, 0.0, 0.5), A = uniform<float>(D, N, -2.0, -0.1);
+    const auto S1 = iattn::semiseparable(iattn::factored_decay(dt, A), uniform<float>(L, N, -1, 1),
+                                         uniform<float>(L, N, -1, 1), {.heads = D});
+    const auto mamba = iattn::diagonal(uniform<float>(L, D, -1, 1)) * S1 * iattn::diagonal(dt) *
+                       iattn::causal_conv(uniform<float>(K, D, -1, 1));
+    const auto S2 = iattn::semiseparable(uniform<float>(L, 2, -0.5, 0), uniform<float>(L, N, -1, 1),
+                                         uniform<float>(L, N, -1, 1), {.heads = 2, .head_dim = 3});
+    const auto vim = iattn::diagonal(uniform<float>(L, D, -1, 1)) * (mamba + iattn::flip(S2 * iattn::diagonal(dt)));
+    const auto norm = iattn::group_norm(2, uniform<float>(1, D, 0.5, 1.5)) *
+                      iattn::linear_recurrence(uniform<float>(L, D, 0.1, 0.9), uniform<float>(L, D, 0.5, 1.5));
+    const Mat<float> x = Mat<float>(uniform<float>(L, D, -1, 1) * 3.0f);
+    const Mat<float> xq = rounded<S>(x);
+    const iattn::device_matrix<S> xd = iattn::to_device<S>(x, on);
+    const std::string what = at("16-bit storage", L) + " " + label;
+    auto run = [&](const char* name, const auto& h) {
+      const iattn::device_matrix<S> y = iattn::apply(on, h, xd);
+      compare_rounded(check, what + " apply " + name + " vs cpu on rounded X", iattn::to_host(y),
+                      iattn::apply(h, xq).template cast<double>(), u);
+    };
+    run("diag*S*diag*conv", mamba);
+    run("diag*(H_f + flip(H_b))", vim);
+    run("norm*LR", norm);
+    const auto resident = iattn::to_device(mamba, on);
+    compare_rounded(check, what + " apply device_expression vs cpu on rounded X", iattn::to_host(iattn::apply(on, resident, xd)),
+                    iattn::apply(mamba, xq).template cast<double>(), u);
+    // bind from 16-bit X: the statistics of X's rounded values
+    const auto bound = iattn::bind(on, norm, xd);
+    compare(check, what + " bind: materialize vs cpu bound on rounded X", iattn::to_host(iattn::materialize(on, bound, L % D)),
+            iattn::materialize(iattn::bind(norm, xq), L % D).template cast<double>(), tolerance<float>());
+  }
+}
+
+/// 16-bit storage (float type only: the storage computes in float).
+template <class T, class Check>
+void storage16_cases(iattn::cuda on, Check&& check, const lengths& ls) {
+  if constexpr (std::is_same_v<T, float>) {
+    storage16_one<iattn::float16>(on, check, ls);
+    storage16_one<iattn::bfloat16>(on, check, ls);
+  }
+}
+
 template <class T, class Check>
 void all_cases(iattn::cuda on, Check&& check, const lengths& ls) {
   simt_cases<T>(on, check, ls);
@@ -1292,6 +1422,7 @@ void all_cases(iattn::cuda on, Check&& check, const lengths& ls) {
   softmax_cases<T>(on, check, ls);
   mean_cases<T>(on, check, ls);
   resident_cases<T>(on, check, ls);
+  storage16_cases<T>(on, check, ls);
 }
 
 }  // namespace cuda_test

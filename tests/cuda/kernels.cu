@@ -77,4 +77,10 @@ namespace iattn::cuda_detail {
 IATTN_INSTANTIATE_KERNELS(float)
 IATTN_INSTANTIATE_KERNELS(double)
 
+// 16-bit storage: read into float and rounded back (storage16.hpp).
+template __global__ void widen_values<float16>(const float16*, float*, simt::index);
+template __global__ void widen_values<bfloat16>(const bfloat16*, float*, simt::index);
+template __global__ void narrow_values<float16>(const float*, float16*, simt::index);
+template __global__ void narrow_values<bfloat16>(const float*, bfloat16*, simt::index);
+
 }  // namespace iattn::cuda_detail

@@ -8,9 +8,13 @@
 //   cuda_pool_reserved_bytes()      what the pool holds on the current device (0 when emulated)
 //   cuda_detail::upload_scope       one call's coefficient copies, each uploaded once (the channel
 //                                   means and materialize_all evaluate every channel in one scope)
-//   device_matrix<T>                (rows, cols) row-major on the device, owning, move-only
+//   device_matrix<T>                (rows, cols) row-major on the device, owning, move-only; T is
+//                                   float, double, or a 16-bit storage type (float16, bfloat16)
 //   to_device(m, cuda{s})           a host Eigen matrix into a new device_matrix (row-major)
-//   to_host(dm)                     a device_matrix into a new Matrix<T>; waits for dm's stream
+//   to_device<S>(m, cuda{s})        a host float matrix rounded to S = float16 or bfloat16 (on the
+//                                   host: half the bytes to copy), a value beyond S's range refused
+//   to_host(dm)                     a device_matrix into a new Matrix<T> (Matrix<float> for 16-bit
+//                                   storage, exact); waits for dm's stream
 //
 // Emulated build: "device" memory is host memory, filled with 0xFF bytes (NaN) when allocated, as
 // a GPU's is left uninitialised: a kernel that leaves an output unwritten shows in the tests.
@@ -18,15 +22,18 @@
 
 #include "../../core/config.hpp"
 #include "../../core/error.hpp"
+#include "kernels/storage16.hpp"
 #include "tag.hpp"
 
 #include <atomic>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <sstream>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -285,9 +292,14 @@ auto upload(const C& coefficient, simt::stream s) {
 
 }  // namespace cuda_detail
 
+/// What a device_matrix holds: the scalar types, and the 16-bit storage types (float16, bfloat16:
+/// storage only, computed in float).
+template <class T>
+concept DeviceValue = Scalar<T> || is_storage16_v<T>;
+
 /// A (rows, cols) row-major matrix in device memory: the CUDA backend's sequence tensors and
 /// results. Owning and move-only; freed in order on the stream it was made on.
-template <Scalar T>
+template <DeviceValue T>
 class device_matrix {
  public:
   using Scalar = T;
@@ -324,6 +336,45 @@ device_matrix<typename XD::Scalar> to_device(const Eigen::MatrixBase<XD>& m, cud
   return out;
 }
 
+namespace cuda_detail {
+template <class S>
+constexpr const char* storage_name() {
+  return std::is_same_v<S, float16> ? "float16" : "bfloat16";
+}
+}  // namespace cuda_detail
+
+/// m (a float Eigen expression, evaluated once into the row-major layout) rounded to S = float16 or
+/// bfloat16 on the host (round to nearest, ties to even) and copied to the device: half the bytes
+/// of a float copy. A finite value that would round to infinity (|v| >= 65520 for float16, above
+/// 3.3961e38 for bfloat16) throws std::invalid_argument naming the entry, before anything is
+/// copied; NaN and infinities are kept.
+template <class S, class XD>
+  requires is_storage16_v<S>
+device_matrix<S> to_device(const Eigen::MatrixBase<XD>& m, cuda on = {}) {
+  static_assert(std::is_same_v<typename XD::Scalar, float>,
+                "to_device<float16 / bfloat16>(m, cuda): m must be a float matrix (round a double one to float "
+                "first: m.template cast<float>())");
+  const Matrix<float>& host = m.derived();
+  std::vector<S> narrow(static_cast<std::size_t>(host.size()));
+  for (Index i = 0; i < host.size(); ++i) {
+    const float v = host.data()[i];
+    const S r = round_to<S>(v);
+    if (std::isfinite(v) && !std::isfinite(to_float(r))) {
+      std::ostringstream msg;
+      msg << "m of shape " << detail::shape_string(host.rows(), host.cols()) << " has m(" << i / host.cols() << ", "
+          << i % host.cols() << ") = " << v << ", beyond " << cuda_detail::storage_name<S>()
+          << "'s largest finite value (" << (std::is_same_v<S, float16> ? "65504" : "3.3895e38")
+          << "); scale m, or store it as " << (std::is_same_v<S, float16> ? "bfloat16 or float" : "float");
+      detail::fail(std::is_same_v<S, float16> ? "to_device<float16>(m, cuda)" : "to_device<bfloat16>(m, cuda)",
+                   msg.str());
+    }
+    narrow[static_cast<std::size_t>(i)] = r;
+  }
+  device_matrix<S> out(host.rows(), host.cols(), on);
+  out.buffer().upload(narrow.data());
+  return out;
+}
+
 /// dm's values into out (resized only when its shape differs); waits for dm's stream, so every
 /// kernel writing dm has run.
 template <Scalar T>
@@ -334,6 +385,24 @@ void to_host(const device_matrix<T>& dm, Matrix<T>& out) {
 template <Scalar T>
 Matrix<T> to_host(const device_matrix<T>& dm) {
   Matrix<T> out(dm.rows(), dm.cols());
+  to_host(dm, out);
+  return out;
+}
+
+/// A 16-bit device_matrix's values as floats (exact: every float16 and bfloat16 value is a float)
+/// into out; waits for dm's stream.
+template <class S>
+  requires is_storage16_v<S>
+void to_host(const device_matrix<S>& dm, Matrix<float>& out) {
+  std::vector<S> narrow(static_cast<std::size_t>(dm.size()));
+  dm.buffer().download(narrow.data());
+  if (out.rows() != dm.rows() || out.cols() != dm.cols()) out.resize(dm.rows(), dm.cols());
+  for (Index i = 0; i < dm.size(); ++i) out.data()[i] = to_float(narrow[static_cast<std::size_t>(i)]);
+}
+template <class S>
+  requires is_storage16_v<S>
+Matrix<float> to_host(const device_matrix<S>& dm) {
+  Matrix<float> out(dm.rows(), dm.cols());
   to_host(dm, out);
   return out;
 }
