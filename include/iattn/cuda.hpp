@@ -49,12 +49,16 @@
 #include "backend/cuda/tag.hpp"
 #include "backend/cuda/transition.hpp"
 #include "backend/cuda/wkv.hpp"
+#include "backend/cpu/mean.hpp"  // expand_terms: the means' term expansion, shared with the CPU
 #include "backend/cuda/kernels/copy.hpp"
+#include "backend/cuda/kernels/head_mean.hpp"
 #include "backend/cuda/kernels/mean.hpp"
 #include "core/error.hpp"
 #include "core/means.hpp"
 #include "core/traits.hpp"
 
+#include <algorithm>
+#include <atomic>
 #include <memory>
 #include <string>
 #include <type_traits>
@@ -236,12 +240,98 @@ Index resolve_channels_length(const H& h, Index L, const char* where) {
   return L;
 }
 
+/// How many means the structured path below has served in this process: what the tests count to
+/// prove it was taken.
+inline std::atomic<long long>& structured_means_taken() {
+  static std::atomic<long long> n{0};
+  return n;
+}
+
+/// The structured path of channel_means (kernels/head_mean.hpp): when H expands (the CPU's
+/// expand_terms, backend/cpu/mean.hpp) into terms w diag(P) S diag(Q) [conv] with S a Semiseparable,
+/// or w diag(P) diag(Q) [conv] without a core, and some S has two or more channels per head, each
+/// head's core is materialized once and the channels enter through their diagonals and taps.
+/// |H^c| (abs) only for a single term without a convolution. False (nothing written) otherwise.
+template <class H, class T>
+bool structured_means(const H& h, const cuda& on, Index c0, Index n, Index groups, bool abs, T* out, Index L) {
+  const Index D = h.channels();
+  cpu_detail::mean_terms<T> terms;
+  if (!cpu_detail::expand_terms<T>(h, cpu_detail::context{L, D}, terms)) return false;
+  bool shared = false;
+  for (const auto& term : terms) {
+    if (term.has_core() && term.S == nullptr) return false;
+    if (term.post.f.size() > std::size_t(diag_list<T>::capacity) || term.pre.f.size() > std::size_t(diag_list<T>::capacity))
+      return false;
+    if (term.conv && term.conv->w().cols() != D) return false;
+    if (term.S && term.S->head_dim() >= 2) shared = true;
+  }
+  if (!shared) return false;  // one channel per head (Mamba-1): nothing to share, the channel path
+  if (abs && (terms.size() != 1 || terms[0].conv)) return false;
+  structured_means_taken().fetch_add(1, std::memory_order_relaxed);
+  const upload_scope uploads(on.stream);
+  std::vector<device_buffer<T>> kept;  // this call's copies, alive until its kernels have run
+  auto list = [&](const cpu_detail::diag_factors<T>& d) {
+    diag_list<T> l;
+    for (const auto& f : d.f) {
+      const Index size = f.rows * D;
+      // A bound GroupNorm's values live in this call only: a fresh copy, never one kept by address.
+      const bool temporary = std::any_of(d.owned.begin(), d.owned.end(), [&](const auto& m) { return m->data() == f.data; });
+      kept.push_back(temporary || !upload_scope::current() ? device_buffer<T>(f.data, size, on.stream)
+                                                           : upload_scope::current()->borrow_or_upload<T>(f.data, size));
+      l.f[l.n] = kept.back().data();
+      l.rows[l.n++] = f.rows;
+    }
+    return l;
+  };
+  device_buffer<T> core(L * L, on.stream);
+  for (Index g = 0; g < groups; ++g) {
+    const Index b = c0 + g * n, e = b + n;
+    T* acc = out + g * L * L;
+    bool first = true;
+    for (const auto& term : terms) {
+      head_mean_args<T> a{};
+      a.post = list(term.post);
+      a.pre = list(term.pre);
+      if (term.conv) {
+        kept.push_back(upload(term.conv->w(), on.stream));
+        a.w = kept.back().data();
+      }
+      a.K = term.width();
+      a.L = L;
+      a.D = D;
+      a.scale = static_cast<T>(term.weight / static_cast<double>(n));
+      a.abs = abs;
+      auto run = [&](Index cb, Index ce, const T* c) {
+        a.core = c;
+        a.c0 = cb;
+        a.c1 = ce;
+        a.first = first;
+        first = false;
+        simt::launch("head_mean_term", &head_mean_term<T>, elementwise_launch(L * L), on.stream, a, acc);
+      };
+      if (!term.S) {
+        run(b, e, nullptr);
+        continue;
+      }
+      const Index P = term.S->head_dim();
+      for (Index hd = b / P; hd * P < e; ++hd) {
+        const Index cb = std::max(b, hd * P), ce = std::min(e, (hd + 1) * P);
+        cuda_eval<Semiseparable<T>>::materialize(*term.S, on, cb, core.data(), L);
+        run(cb, ce, core.data());
+      }
+    }
+  }
+  return true;
+}
+
 /// Slice g of out, (L, L), for g < groups = the mean of H^c (or |H^c|) over the n channels
-/// [c0 + g n, c0 + (g + 1) n): each channel's matrix materialized into one (L, L) scratch and added
-/// into its slice (the first one writes it), every coefficient copied to the device once.
+/// [c0 + g n, c0 + (g + 1) n): by the structured path where it takes H; otherwise each channel's
+/// matrix materialized into one (L, L) scratch and added into its slice (the first one writes it),
+/// every coefficient copied to the device once.
 template <class H, class T>
 void channel_means(const H& h, const cuda& on, Index c0, Index n, Index groups, bool abs, T* out, Index L) {
   if (L == 0 || n == 0) return;
+  if (structured_means(h, on, c0, n, groups, abs, out, L)) return;
   const upload_scope uploads(on.stream);
   device_buffer<T> m(L * L, on.stream);
   const T scale = T(1) / static_cast<T>(n);

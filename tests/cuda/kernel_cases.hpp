@@ -635,6 +635,57 @@ void mean_cases(iattn::cuda on, Check&& check, const lengths& ls) {
       compare(check, name + " vs loops", got, loops, tol);
     }
   }
+  // The structured path (head_mean.hpp): each head's core once, the channels through their
+  // diagonals and taps. The expression above takes it (P = 2); these reach the rest of it: a sum
+  // with a band term without a core (diag * conv), a scaled strict core with a bonus and a
+  // per-token diagonal on both sides, a Mamba-2-like per-head core with groups (P = 3), a constant
+  // diagonal; |H^c| of a single term without a convolution; one channel per head, a flip and |H^c|
+  // of a convolution stay on the channel path. Against the dense loops and the CPU, and whether
+  // the path was taken.
+  for (Index L : ls.tiles) {
+    if (L != 1 && L != 33) continue;
+    const auto S2 = make_semiseparable<T>(ss_configs[2], L);  // per-head H=4 P=3 G=2 N=40
+    const auto S4 = make_semiseparable<T>(ss_configs[4], L);  // strict with bonus, H=2 P=2
+    const Index D2 = S2.channels(), D4 = S4.channels(), K = 4;
+    const auto mamba2 = iattn::diagonal(uniform<T>(L, D2, -1, 1)) * S2 * iattn::diagonal(uniform<T>(1, D2, 0.5, 1.5)) *
+                            iattn::causal_conv(uniform<T>(K, D2, -1, 1)) +
+                        iattn::diagonal(uniform<T>(L, D2, -1, 1)) * iattn::causal_conv(uniform<T>(3, D2, -1, 1));
+    const auto strict = T(0.5) * (iattn::diagonal(uniform<T>(L, D4, -1, 1)) * S4 * iattn::diagonal(uniform<T>(L, D4, -1, 1))) +
+                        iattn::diagonal(uniform<T>(1, D4, -1, 1));
+    const auto single = iattn::diagonal(uniform<T>(L, D2, -1, 1)) * S2 * iattn::diagonal(uniform<T>(L, D2, -1, 1));
+    const auto mamba1 = iattn::diagonal(uniform<T>(L, 6, -1, 1)) * make_semiseparable<T>(ss_configs[0], L);
+    const auto flipped = iattn::flip(single);
+    const double tol = tolerance<T>();
+    auto run = [&](const std::string& name, const auto& h, const iattn::mean_options& o, bool structured) {
+      const Index D = h.channels();
+      std::vector<MatD> dense_of;
+      for (Index c = 0; c < D; ++c) dense_of.push_back(dense(h, c, L));
+      const auto rq = iattn::detail::resolve_mean(h, o, "test");
+      const long long before = iattn::cuda_detail::structured_means_taken().load();
+      const MatD got = iattn::to_host(iattn::materialize_mean(on, h, o, L)).template cast<double>();
+      const bool taken = iattn::cuda_detail::structured_means_taken().load() != before;
+      const std::string what = at("structured mean", L) + " " + name;
+      check(what + (structured ? ": structured path taken" : ": channel path kept"), taken == structured ? 0.0 : 1.0, 0.0);
+      compare(check, what + " vs loops", got, loop_mean(dense_of, rq.c0, rq.c1, rq.abs, L), tol);
+      compare(check, what + " vs cpu", got, iattn::materialize_mean(h, o, L).template cast<double>(), tol);
+      if (o.head || o.channels) return;
+      const Index P = iattn::detail::require_heads(h, "test");
+      const MatD heads = iattn::to_host(iattn::materialize_head_means(on, h, {.abs = o.abs}, L)).template cast<double>();
+      MatD loops(D / P * L, L);
+      for (Index g = 0; g < D / P; ++g) loops.middleRows(g * L, L) = loop_mean(dense_of, g * P, (g + 1) * P, o.abs, L);
+      compare(check, what + " head means vs loops", heads, loops, tol);
+    };
+    run("mamba2 + band", mamba2, {}, true);
+    run("mamba2 + band, head 2", mamba2, {.head = 2}, true);
+    run("mamba2 + band, channels [2, 10) (across heads)", mamba2, {.channels = iattn::range{2, 10}}, true);
+    run("mamba2 + band, abs", mamba2, {.abs = true}, false);
+    run("0.5 strict bonus + diag", strict, {}, true);
+    run("single term", single, {}, true);
+    run("single term, abs", single, {.abs = true}, true);
+    run("single term, abs, channels [1, 8)", single, {.abs = true, .channels = iattn::range{1, 8}}, true);
+    run("mamba1 (one channel per head)", mamba1, {}, false);
+    run("flip", flipped, {}, false);
+  }
   {  // one copy per coefficient inside a scope; a fresh copy per upload outside one
     namespace cd = iattn::cuda_detail;
     const auto S = make_semiseparable<T>(ss_configs[1], 9);
