@@ -247,23 +247,46 @@ inline std::atomic<long long>& structured_means_taken() {
   return n;
 }
 
+/// Channel c's matrix of a term's head-shared core (its node's own materialize) into out.
+template <class T>
+void materialize_core(const cpu_detail::mean_term<T>& term, const cuda& on, Index c, T* out, Index L) {
+  using kind = typename cpu_detail::mean_term<T>::core_kind;
+  switch (term.kind) {
+    case kind::semiseparable:
+      return cuda_eval<Semiseparable<T>>::materialize(*static_cast<const Semiseparable<T>*>(term.node), on, c, out, L);
+    case kind::row_normalize:
+      return cuda_eval<RowNormalize<Semiseparable<T>>>::materialize(
+          *static_cast<const RowNormalize<Semiseparable<T>>*>(term.node), on, c, out, L);
+    case kind::transition:
+      return cuda_eval<Transition<T>>::materialize(*static_cast<const Transition<T>*>(term.node), on, c, out, L);
+    case kind::complex:
+      return cuda_eval<ComplexSemiseparable<T>>::materialize(*static_cast<const ComplexSemiseparable<T>*>(term.node), on,
+                                                             c, out, L);
+    case kind::none:
+      break;
+  }
+  detail::fail("materialize_mean(iattn::cuda, H)", "internal: a term without a head-shared core");
+}
+
 /// The structured path of channel_means (kernels/head_mean.hpp): when H expands (the CPU's
-/// expand_terms, backend/cpu/mean.hpp) into terms w diag(P) S diag(Q) [conv] with S a Semiseparable,
-/// or w diag(P) diag(Q) [conv] without a core, and some S has two or more channels per head, each
+/// expand_terms, backend/cpu/mean.hpp) into terms w diag(P) Core diag(Q) [conv], Core a node whose
+/// matrix its head's channels share (Semiseparable, a row-normalised one, Transition,
+/// ComplexSemiseparable) or none (a band), and some core has two or more channels per head, each
 /// head's core is materialized once and the channels enter through their diagonals and taps.
 /// |H^c| (abs) only for a single term without a convolution. False (nothing written) otherwise.
 template <class H, class T>
 bool structured_means(const H& h, const cuda& on, Index c0, Index n, Index groups, bool abs, T* out, Index L) {
+  using kind = typename cpu_detail::mean_term<T>::core_kind;
   const Index D = h.channels();
   cpu_detail::mean_terms<T> terms;
   if (!cpu_detail::expand_terms<T>(h, cpu_detail::context{L, D}, terms)) return false;
   bool shared = false;
   for (const auto& term : terms) {
-    if (term.has_core() && term.S == nullptr) return false;
+    if (term.has_core() && term.kind == kind::none) return false;  // a LinearRecurrence: one channel each
     if (term.post.f.size() > std::size_t(diag_list<T>::capacity) || term.pre.f.size() > std::size_t(diag_list<T>::capacity))
       return false;
     if (term.conv && term.conv->w().cols() != D) return false;
-    if (term.S && term.S->head_dim() >= 2) shared = true;
+    if (term.kind != kind::none && term.head_dim >= 2) shared = true;
   }
   if (!shared) return false;  // one channel per head (Mamba-1): nothing to share, the channel path
   if (abs && (terms.size() != 1 || terms[0].conv)) return false;
@@ -309,14 +332,14 @@ bool structured_means(const H& h, const cuda& on, Index c0, Index n, Index group
         first = false;
         simt::launch("head_mean_term", &head_mean_term<T>, elementwise_launch(L * L), on.stream, a, acc);
       };
-      if (!term.S) {
+      if (term.kind == kind::none) {
         run(b, e, nullptr);
         continue;
       }
-      const Index P = term.S->head_dim();
+      const Index P = term.head_dim;
       for (Index hd = b / P; hd * P < e; ++hd) {
         const Index cb = std::max(b, hd * P), ce = std::min(e, (hd + 1) * P);
-        cuda_eval<Semiseparable<T>>::materialize(*term.S, on, cb, core.data(), L);
+        materialize_core(term, on, cb, core.data(), L);
         run(cb, ce, core.data());
       }
     }

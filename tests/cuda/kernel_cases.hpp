@@ -685,6 +685,35 @@ void mean_cases(iattn::cuda on, Check&& check, const lengths& ls) {
     run("single term, abs, channels [1, 8)", single, {.abs = true, .channels = iattn::range{1, 8}}, true);
     run("mamba1 (one channel per head)", mamba1, {}, false);
     run("flip", flipped, {}, false);
+    // The other cores a head's channels share: Gated DeltaNet's transition behind a gate and a
+    // convolution (H = 2, P = 3, N = 8, a reset), a complex-decay core (H = 2, P = 3, N = 3,
+    // angles to +-40 rad), a row-normalised S (per-head, P = 3) in a sum with a flip-free band.
+    {
+      const Index H = 2, P = 3, N = 8, D = H * P;
+      Mat<T> key = uniform<T>(L, H * N, -1, 1);
+      for (Index t = 0; t < L; ++t)
+        for (Index j = 0; j < H * N; j += N) key.row(t).segment(j, N).normalize();
+      Mat<T> g = uniform<T>(L, H, -0.5, 0);
+      if (L > 3) g.row(3).setConstant(-std::numeric_limits<T>::infinity());
+      const auto gdn = iattn::diagonal(uniform<T>(L, D, -1, 1)) *
+                       iattn::gated_delta_rule(uniform<T>(L, H * N, -1, 1), key, uniform<T>(L, H, 0, 1.9), g,
+                                               iattn::transition_options{.heads = H, .head_dim = P}) *
+                       iattn::causal_conv(uniform<T>(K, D, -1, 1));
+      run("gated delta rule", gdn, {}, true);
+      run("gated delta rule, head 1", gdn, {.head = 1}, true);
+      Mat<T> rho = uniform<T>(L, H * 3, -0.6, 0.0);
+      const auto cs = iattn::diagonal(uniform<T>(L, D, -1, 1)) *
+                      iattn::complex_semiseparable(rho, uniform<T>(L, H * 3, -40, 40), uniform<T>(L, 3, -1, 1),
+                                                   uniform<T>(L, 3, -1, 1), uniform<T>(L, 3, -1, 1), uniform<T>(L, 3, -1, 1),
+                                                   iattn::complex_semiseparable_options{.heads = H, .head_dim = P});
+      run("complex decays, abs", cs, {.abs = true}, true);
+      run("complex decays", cs, {}, true);
+      const auto rn = iattn::row_normalize(
+                          iattn::semiseparable(uniform<T>(L, H, -0.5, 0), uniform<T>(L, N, 0, 1), uniform<T>(L, N, 0, 1),
+                                               {.heads = H, .head_dim = P})) +
+                      iattn::diagonal(uniform<T>(L, D, -1, 1)) * iattn::causal_conv(uniform<T>(2, D, -1, 1));
+      run("row_normalize(S) + band", rn, {}, true);
+    }
   }
   {  // one copy per coefficient inside a scope; a fresh copy per upload outside one
     namespace cd = iattn::cuda_detail;

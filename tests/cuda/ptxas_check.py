@@ -41,6 +41,7 @@ FLOORS = {
     "ss_materialize_macro": (256, 3),  # 16 accumulators, 13 KiB shared (float; 26 KiB double)
     "ss_materialize_tiles": (256, 4),  # 4 accumulators, 25 KiB shared (double): 1024 threads/SM
     "mean_accumulate": (256, 4),       # the channel means: a channel's matrix into the running mean
+    "head_mean_term": (256, 4),        # the structured means: a head's core times its channels' factors
     "widen_values": (256, 4),          # 16-bit storage: float16 / bfloat16 to float
     "narrow_values": (256, 4),         #   and float rounded to them
     "band_materialize": (256, 4),      # materialize, row and col of bands; band products

@@ -118,6 +118,10 @@ struct mean_term {
   const LinearRecurrence<T>* R = nullptr;
   std::function<std::unique_ptr<head_core<T>>(const context&, Index c)> core;  // for channel c's head
   Index head_dim = 0;  // P of a head-shared core (0: none)
+  /// The head-shared core's node and its type, for the other backends' head paths (the CUDA
+  /// backend's structured means, cuda.hpp): none without one.
+  enum class core_kind { none, semiseparable, row_normalize, transition, complex } kind = core_kind::none;
+  const void* node = nullptr;
   Index state = 0;     // N of the core (the head path's cost)
   bool has_core() const { return S != nullptr || R != nullptr || bool(core); }
   bool trivial() const { return !has_core() && conv == nullptr && post.empty() && pre.empty(); }
@@ -134,7 +138,10 @@ inline constexpr Index mean_block = 64;            ///< tokens per block of G
 
 /// node's matrix is its head's (head_dim channels per head, state N): a head core of one.
 template <class T, class Node>
-void set_head_core(mean_term<T>& one, const Node& node, Index head_dim, Index state) {
+void set_head_core(mean_term<T>& one, const Node& node, Index head_dim, Index state,
+                   typename mean_term<T>::core_kind kind) {
+  one.kind = kind;
+  one.node = &node;
   one.core = [&node](const context& c, Index ch) -> std::unique_ptr<head_core<T>> {
     return std::make_unique<head_core_of<Node, T>>(node, c, ch);
   };
@@ -164,18 +171,18 @@ bool expand_terms(const Node& n, const context& cx, mean_terms<T>& out) {
     one.conv = &n;
   } else if constexpr (std::is_same_v<Node, Semiseparable<T>>) {
     one.S = &n;
-    set_head_core<T>(one, n, n.head_dim(), n.state());
+    set_head_core<T>(one, n, n.head_dim(), n.state(), mean_term<T>::core_kind::semiseparable);
   } else if constexpr (std::is_same_v<Node, LinearRecurrence<T>>) {
     one.R = &n;
     one.state = 1;
   } else if constexpr (std::is_same_v<Node, RowNormalize<Semiseparable<T>>>) {
     // diag(1 / (S_h 1)) S_h: shared by the head too
-    set_head_core<T>(one, n, n.inner().head_dim(), n.inner().state() + 1);
+    set_head_core<T>(one, n, n.inner().head_dim(), n.inner().state() + 1, mean_term<T>::core_kind::row_normalize);
   } else if constexpr (std::is_same_v<Node, Transition<T>>) {
     // the head's matrix (backend/cpu/transition.hpp computes it once per head)
-    set_head_core<T>(one, n, n.head_dim(), n.state());
+    set_head_core<T>(one, n, n.head_dim(), n.state(), mean_term<T>::core_kind::transition);
   } else if constexpr (std::is_same_v<Node, ComplexSemiseparable<T>>) {
-    set_head_core<T>(one, n, n.head_dim(), 2 * n.state());  // rank 2N real tiles per head
+    set_head_core<T>(one, n, n.head_dim(), 2 * n.state(), mean_term<T>::core_kind::complex);  // rank 2N real tiles per head
   } else if constexpr (is_scaled_node<Node>::value) {
     if (!expand_terms<T>(n.inner(), cx, out)) return false;
     for (auto& t : out) t.weight *= n.factor();

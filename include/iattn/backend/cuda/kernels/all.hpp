@@ -10,6 +10,7 @@
 #include "diagonal.hpp"
 #include "flip.hpp"
 #include "group_norm.hpp"
+#include "head_mean.hpp"
 #include "row_normalize.hpp"
 #include "linear_recurrence.hpp"
 #include "linear_recurrence_tiles.hpp"
