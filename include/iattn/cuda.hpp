@@ -52,6 +52,7 @@
 #include "backend/cpu/mean.hpp"  // expand_terms: the means' term expansion, shared with the CPU
 #include "backend/cuda/kernels/copy.hpp"
 #include "backend/cuda/kernels/head_mean.hpp"
+#include "backend/cuda/kernels/mean_blocks.hpp"
 #include "backend/cuda/kernels/mean.hpp"
 #include "core/error.hpp"
 #include "core/means.hpp"
@@ -268,28 +269,66 @@ void materialize_core(const cpu_detail::mean_term<T>& term, const cuda& on, Inde
   detail::fail("materialize_mean(iattn::cuda, H)", "internal: a term without a head-shared core");
 }
 
-/// The structured path of channel_means (kernels/head_mean.hpp): when H expands (the CPU's
-/// expand_terms, backend/cpu/mean.hpp) into terms w diag(P) Core diag(Q) [conv], Core a node whose
-/// matrix its head's channels share (Semiseparable, a row-normalised one, Transition,
-/// ComplexSemiseparable) or none (a band), and some core has two or more channels per head, each
-/// head's core is materialized once and the channels enter through their diagonals and taps.
-/// |H^c| (abs) only for a single term without a convolution. False (nothing written) otherwise.
+/// The most (channel, state) pairs blocked_mean_term takes at a time (fewer where the tile-pair
+/// mids would pass 2^24 values): the tests lower it to reach the chunk loop.
+inline Index& blocked_mean_pairs() {
+  static Index pairs = 2048;
+  return pairs;
+}
+
+/// The mean over channels [b, e) of the term w diag(P) S diag(Q) [conv] (S a Semiseparable) as
+/// blocked products over (channel, state) pairs (kernels/mean_blocks.hpp), added into acc (L, L):
+/// chunks of channels whose (token, pair) factors and tile-pair mids stay within 2^24 values each.
+template <class T>
+void blocked_mean_term(const cpu_detail::mean_term<T>& term, const cuda& on, Index b, Index e, T scale,
+                       const diag_list<T>& post, const diag_list<T>& pre, const T* w, Index D, T* acc, Index L) {
+  const device_semiseparable<T> ds(*term.S, on.stream);
+  const Index N = term.S->state(), tiles = (L + tile_dim - 1) / tile_dim;
+  const Index budget = std::max<Index>(N, std::min<Index>(blocked_mean_pairs(), (Index(1) << 24) / (tiles * tiles)));
+  const Index dc = std::clamp<Index>(budget / N, 1, e - b), Mc = dc * N;
+  device_buffer<T> ut(L * Mc, on.stream), vt(L * Mc, on.stream), ur(L * Mc, on.stream), zr(L * Mc, on.stream),
+      mid(std::max<Index>(tiles * tiles * Mc, 1), on.stream);
+  mb_args<T> a{ds.view, post, pre, w, term.width(), L, D, 0, 0, tiles};
+  const Index band = a.K - 1 + (term.S->strict() ? 1 : 0);
+  for (Index cb = b; cb < e; cb += dc) {
+    const Index n = std::min(dc, e - cb);
+    a.cb = cb;
+    a.Mc = n * N;
+    simt::launch("mb_factors", &mb_factors<T>, elementwise_launch(L * a.Mc), on.stream, a, ut.data(), vt.data(), ur.data(),
+                 zr.data());
+    simt::launch("mb_mid", &mb_mid<T>, elementwise_launch(tiles * a.Mc), on.stream, a, mid.data());
+    simt::launch("mb_tiles", &mb_tiles<T>, {{unsigned(tiles), unsigned(tiles)}, {tile_dim, tile_rows}, 0}, on.stream, a,
+                 static_cast<const T*>(ut.data()), static_cast<const T*>(vt.data()), static_cast<const T*>(ur.data()),
+                 static_cast<const T*>(zr.data()), static_cast<const T*>(mid.data()), scale, acc);
+    if (band > 0) simt::launch("mb_band", &mb_band<T>, elementwise_launch(L * band), on.stream, a, n, scale, acc);
+  }
+}
+
+/// The structured path of channel_means (kernels/head_mean.hpp, kernels/mean_blocks.hpp): when H
+/// expands (the CPU's expand_terms, backend/cpu/mean.hpp) into terms w diag(P) Core diag(Q) [conv]
+/// with Core
+///   - a node whose matrix its head's channels share (Semiseparable, a row-normalised one,
+///     Transition, ComplexSemiseparable) with two or more channels per head: each head's core
+///     materialized once, the channels entering through their diagonals and taps;
+///   - a Semiseparable with one channel per head (Mamba-1): blocked products over (channel, state);
+///   - none (a band): the channels' diagonals and taps.
+/// |H^c| (abs) only for a single term without a convolution whose core a head shares. False
+/// (nothing written) otherwise: the channel path.
 template <class H, class T>
 bool structured_means(const H& h, const cuda& on, Index c0, Index n, Index groups, bool abs, T* out, Index L) {
   using kind = typename cpu_detail::mean_term<T>::core_kind;
   const Index D = h.channels();
   cpu_detail::mean_terms<T> terms;
   if (!cpu_detail::expand_terms<T>(h, cpu_detail::context{L, D}, terms)) return false;
-  bool shared = false;
+  auto blocked = [](const cpu_detail::mean_term<T>& t) { return t.kind == kind::semiseparable && t.head_dim < 2; };
   for (const auto& term : terms) {
     if (term.has_core() && term.kind == kind::none) return false;  // a LinearRecurrence: one channel each
+    if (term.kind != kind::none && term.head_dim < 2 && !blocked(term)) return false;
     if (term.post.f.size() > std::size_t(diag_list<T>::capacity) || term.pre.f.size() > std::size_t(diag_list<T>::capacity))
       return false;
     if (term.conv && term.conv->w().cols() != D) return false;
-    if (term.kind != kind::none && term.head_dim >= 2) shared = true;
+    if (abs && (blocked(term) || terms.size() != 1 || term.conv)) return false;
   }
-  if (!shared) return false;  // one channel per head (Mamba-1): nothing to share, the channel path
-  if (abs && (terms.size() != 1 || terms[0].conv)) return false;
   structured_means_taken().fetch_add(1, std::memory_order_relaxed);
   const upload_scope uploads(on.stream);
   std::vector<device_buffer<T>> kept;  // this call's copies, alive until its kernels have run
@@ -334,6 +373,13 @@ bool structured_means(const H& h, const cuda& on, Index c0, Index n, Index group
       };
       if (term.kind == kind::none) {
         run(b, e, nullptr);
+        continue;
+      }
+      if (blocked(term)) {
+        if (first)
+          simt::launch("fill_value", &fill_value<T>, elementwise_launch(L * L), on.stream, acc, L * L, T(0));
+        first = false;
+        blocked_mean_term(term, on, b, e, a.scale, a.post, a.pre, a.w, D, acc, L);
         continue;
       }
       const Index P = term.head_dim;

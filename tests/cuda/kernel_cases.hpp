@@ -576,6 +576,146 @@ inline MatD loop_mean(const std::vector<MatD>& dense_of, Index c0, Index c1, boo
   return m / double(c1 - c0);
 }
 
+/// One structured-mean check: materialize_mean (and, where H has heads, materialize_head_means) of
+/// h on the device against the dense loops' mean and the CPU's, and whether the structured path
+/// (cuda.hpp's structured_means) served it.
+template <class T, class Check, class H>
+void check_structured_mean(iattn::cuda on, Check&& check, const std::string& name, const H& h, const iattn::mean_options& o,
+                           bool structured, Index L) {
+  const double tol = tolerance<T>();
+  const Index D = h.channels();
+  std::vector<MatD> dense_of;
+  for (Index c = 0; c < D; ++c) dense_of.push_back(dense(h, c, L));
+  const auto rq = iattn::detail::resolve_mean(h, o, "test");
+  const long long before = iattn::cuda_detail::structured_means_taken().load();
+  const MatD got = iattn::to_host(iattn::materialize_mean(on, h, o, L)).template cast<double>();
+  const bool taken = iattn::cuda_detail::structured_means_taken().load() != before;
+  const std::string what = at("structured mean", L) + " " + name;
+  check(what + (structured ? ": structured path taken" : ": channel path kept"), taken == structured ? 0.0 : 1.0, 0.0);
+  compare(check, what + " vs loops", got, loop_mean(dense_of, rq.c0, rq.c1, rq.abs, L), tol);
+  compare(check, what + " vs cpu", got, iattn::materialize_mean(h, o, L).template cast<double>(), tol);
+  if (o.head || o.channels) return;
+  Index P = 0;
+  try {
+    P = iattn::detail::require_heads(h, "test");
+  } catch (const std::invalid_argument&) {
+    return;  // no heads (cores that disagree on head_dim): no head means
+  }
+  const MatD heads = iattn::to_host(iattn::materialize_head_means(on, h, {.abs = o.abs}, L)).template cast<double>();
+  MatD loops(D / P * L, L);
+  for (Index g = 0; g < D / P; ++g) loops.middleRows(g * L, L) = loop_mean(dense_of, g * P, (g + 1) * P, o.abs, L);
+  compare(check, what + " head means vs loops", heads, loops, tol);
+}
+
+/// The structured means' head path (cuda.hpp's structured_means, kernels/head_mean.hpp) and the
+/// expressions that keep the channel path, against the dense loops and the CPU, with the path
+/// taken asserted.
+template <class T, class Check>
+void head_mean_cases(iattn::cuda on, Check&& check, const lengths& ls) {
+  // The head path: each head's core once, the channels through their diagonals and taps (mean_cases'
+  // expression takes it too, P = 2). A sum with a band term without a core (diag * conv), a scaled
+  // strict core with a bonus and a per-token diagonal on both sides, a Mamba-2-like per-head core
+  // with groups (P = 3), a constant diagonal; |H^c| of a single term without a convolution; a flip
+  // and |H^c| of a convolution stay on the channel path.
+  for (Index L : ls.tiles) {
+    if (L != 1 && L != 33) continue;
+    const auto S2 = make_semiseparable<T>(ss_configs[2], L);  // per-head H=4 P=3 G=2 N=40
+    const auto S4 = make_semiseparable<T>(ss_configs[4], L);  // strict with bonus, H=2 P=2
+    const Index D2 = S2.channels(), D4 = S4.channels(), K = 4;
+    const auto mamba2 = iattn::diagonal(uniform<T>(L, D2, -1, 1)) * S2 * iattn::diagonal(uniform<T>(1, D2, 0.5, 1.5)) *
+                            iattn::causal_conv(uniform<T>(K, D2, -1, 1)) +
+                        iattn::diagonal(uniform<T>(L, D2, -1, 1)) * iattn::causal_conv(uniform<T>(3, D2, -1, 1));
+    const auto strict = T(0.5) * (iattn::diagonal(uniform<T>(L, D4, -1, 1)) * S4 * iattn::diagonal(uniform<T>(L, D4, -1, 1))) +
+                        iattn::diagonal(uniform<T>(1, D4, -1, 1));
+    const auto single = iattn::diagonal(uniform<T>(L, D2, -1, 1)) * S2 * iattn::diagonal(uniform<T>(L, D2, -1, 1));
+    const auto flipped = iattn::flip(single);
+    auto run = [&](const std::string& name, const auto& h, const iattn::mean_options& o, bool structured) {
+      check_structured_mean<T>(on, check, name, h, o, structured, L);
+    };
+    run("mamba2 + band", mamba2, {}, true);
+    run("mamba2 + band, head 2", mamba2, {.head = 2}, true);
+    run("mamba2 + band, channels [2, 10) (across heads)", mamba2, {.channels = iattn::range{2, 10}}, true);
+    run("mamba2 + band, abs", mamba2, {.abs = true}, false);
+    run("0.5 strict bonus + diag", strict, {}, true);
+    run("single term", single, {}, true);
+    run("single term, abs", single, {.abs = true}, true);
+    run("single term, abs, channels [1, 8)", single, {.abs = true, .channels = iattn::range{1, 8}}, true);
+    run("flip", flipped, {}, false);
+    // The other cores a head's channels share: Gated DeltaNet's transition behind a gate and a
+    // convolution (H = 2, P = 3, N = 8, a reset), a complex-decay core (H = 2, P = 3, N = 3,
+    // angles to +-40 rad), a row-normalised S (per-head, P = 3) in a sum with a flip-free band.
+    {
+      const Index H = 2, P = 3, N = 8, D = H * P;
+      Mat<T> key = uniform<T>(L, H * N, -1, 1);
+      for (Index t = 0; t < L; ++t)
+        for (Index j = 0; j < H * N; j += N) key.row(t).segment(j, N).normalize();
+      Mat<T> g = uniform<T>(L, H, -0.5, 0);
+      if (L > 3) g.row(3).setConstant(-std::numeric_limits<T>::infinity());
+      const auto gdn = iattn::diagonal(uniform<T>(L, D, -1, 1)) *
+                       iattn::gated_delta_rule(uniform<T>(L, H * N, -1, 1), key, uniform<T>(L, H, 0, 1.9), g,
+                                               iattn::transition_options{.heads = H, .head_dim = P}) *
+                       iattn::causal_conv(uniform<T>(K, D, -1, 1));
+      run("gated delta rule", gdn, {}, true);
+      run("gated delta rule, head 1", gdn, {.head = 1}, true);
+      Mat<T> rho = uniform<T>(L, H * 3, -0.6, 0.0);
+      const auto cs = iattn::diagonal(uniform<T>(L, D, -1, 1)) *
+                      iattn::complex_semiseparable(rho, uniform<T>(L, H * 3, -40, 40), uniform<T>(L, 3, -1, 1),
+                                                   uniform<T>(L, 3, -1, 1), uniform<T>(L, 3, -1, 1), uniform<T>(L, 3, -1, 1),
+                                                   iattn::complex_semiseparable_options{.heads = H, .head_dim = P});
+      run("complex decays, abs", cs, {.abs = true}, true);
+      run("complex decays", cs, {}, true);
+      const auto rn = iattn::row_normalize(
+                          iattn::semiseparable(uniform<T>(L, H, -0.5, 0), uniform<T>(L, N, 0, 1), uniform<T>(L, N, 0, 1),
+                                               {.heads = H, .head_dim = P})) +
+                      iattn::diagonal(uniform<T>(L, D, -1, 1)) * iattn::causal_conv(uniform<T>(2, D, -1, 1));
+      run("row_normalize(S) + band", rn, {}, true);
+    }
+  }
+}
+
+/// The structured means' blocked (channel, state) products (kernels/mean_blocks.hpp): one channel
+/// per head, against the dense loops and the CPU, with the path taken asserted.
+template <class T, class Check>
+void blocked_mean_cases(iattn::cuda on, Check&& check, const lengths& ls) {
+  for (Index L : ls.tiles) {
+    if (L != 1 && L != 33) continue;
+    const Index K = 4;
+    auto run = [&](const std::string& name, const auto& h, const iattn::mean_options& o, bool structured) {
+      check_structured_mean<T>(on, check, name, h, o, structured, L);
+    };
+    const auto mamba1 = iattn::diagonal(uniform<T>(L, 6, -1, 1)) * make_semiseparable<T>(ss_configs[0], L);
+    // One channel per head: blocked products over (channel, state) pairs (mean_blocks.hpp).
+    // Mamba-1's chain (factored decay, N = 16, conv K = 4); strict cores with a bonus (per-state
+    // decays with resets, K = 3: the band is K - 1 + 1 wide) and without one (factored, resets,
+    // no conv: the band is the diagonal); in a sum with a head-shared term and a band; chunks of
+    // one and two channels (the chunk loop); |H^c| of a blocked term stays on the channel path.
+    {
+      const ss_config strict_p1{"strict bonus P=1 N=4 resets", 5, 1, 1, 4, decay_form::per_state, true, true, true};
+      const auto S0 = make_semiseparable<T>(ss_configs[0], L);  // factored N=16, D = 6
+      const auto S5 = make_semiseparable<T>(ss_configs[5], L);  // strict no bonus, factored, resets, D = 3
+      const auto Sb = make_semiseparable<T>(strict_p1, L);      // D = 5
+      const auto mamba1c = iattn::diagonal(uniform<T>(L, 6, -1, 1)) * S0 * iattn::diagonal(uniform<T>(L, 6, 0, 0.5)) *
+                           iattn::causal_conv(uniform<T>(K, 6, -1, 1));
+      const auto strict_bonus = iattn::diagonal(uniform<T>(L, 5, -1, 1)) * Sb * iattn::causal_conv(uniform<T>(3, 5, -1, 1));
+      const auto strict_plain = T(2) * (S5 * iattn::diagonal(uniform<T>(1, 3, -1, 1)));
+      run("mamba1 (one channel per head)", mamba1, {}, true);
+      run("mamba1 chain with conv", mamba1c, {}, true);
+      run("mamba1 chain with conv, channels [1, 5)", mamba1c, {.channels = iattn::range{1, 5}}, true);
+      run("mamba1 chain with conv, abs", mamba1c, {.abs = true}, false);
+      run("strict bonus, conv 3", strict_bonus, {}, true);
+      run("2 strict no bonus", strict_plain, {}, true);
+      const auto shared6 = iattn::diagonal(uniform<T>(L, 6, -1, 1)) * make_semiseparable<T>(ss_configs[1], L);  // P = 2
+      run("mamba1 + head-shared + band", mamba1c + shared6 + iattn::diagonal(uniform<T>(L, 6, -1, 1)), {}, true);
+      const Index pairs = iattn::cuda_detail::blocked_mean_pairs();
+      iattn::cuda_detail::blocked_mean_pairs() = 1;  // one channel per chunk
+      run("mamba1 chain with conv, chunks of 1", mamba1c, {}, true);
+      iattn::cuda_detail::blocked_mean_pairs() = 2 * 16;  // two channels per chunk
+      run("mamba1 chain with conv, chunks of 2, head 3", mamba1c, {.head = 3}, true);
+      iattn::cuda_detail::blocked_mean_pairs() = pairs;
+    }
+  }
+}
+
 /// materialize_all, materialize_mean (every channel, |H^c|, one head, a channel range) and
 /// materialize_head_means of diag(g) S diag(dt) conv(w), S with 2 heads of 2 channels and resets,
 /// against the CPU backend's and the dense loops'; an upload_scope copies a coefficient once;
@@ -633,86 +773,6 @@ void mean_cases(iattn::cuda on, Check&& check, const lengths& ls) {
       MatD loops(D / P * L, L);
       for (Index g = 0; g < D / P; ++g) loops.middleRows(g * L, L) = loop_mean(dense_of, g * P, (g + 1) * P, abs, L);
       compare(check, name + " vs loops", got, loops, tol);
-    }
-  }
-  // The structured path (head_mean.hpp): each head's core once, the channels through their
-  // diagonals and taps. The expression above takes it (P = 2); these reach the rest of it: a sum
-  // with a band term without a core (diag * conv), a scaled strict core with a bonus and a
-  // per-token diagonal on both sides, a Mamba-2-like per-head core with groups (P = 3), a constant
-  // diagonal; |H^c| of a single term without a convolution; one channel per head, a flip and |H^c|
-  // of a convolution stay on the channel path. Against the dense loops and the CPU, and whether
-  // the path was taken.
-  for (Index L : ls.tiles) {
-    if (L != 1 && L != 33) continue;
-    const auto S2 = make_semiseparable<T>(ss_configs[2], L);  // per-head H=4 P=3 G=2 N=40
-    const auto S4 = make_semiseparable<T>(ss_configs[4], L);  // strict with bonus, H=2 P=2
-    const Index D2 = S2.channels(), D4 = S4.channels(), K = 4;
-    const auto mamba2 = iattn::diagonal(uniform<T>(L, D2, -1, 1)) * S2 * iattn::diagonal(uniform<T>(1, D2, 0.5, 1.5)) *
-                            iattn::causal_conv(uniform<T>(K, D2, -1, 1)) +
-                        iattn::diagonal(uniform<T>(L, D2, -1, 1)) * iattn::causal_conv(uniform<T>(3, D2, -1, 1));
-    const auto strict = T(0.5) * (iattn::diagonal(uniform<T>(L, D4, -1, 1)) * S4 * iattn::diagonal(uniform<T>(L, D4, -1, 1))) +
-                        iattn::diagonal(uniform<T>(1, D4, -1, 1));
-    const auto single = iattn::diagonal(uniform<T>(L, D2, -1, 1)) * S2 * iattn::diagonal(uniform<T>(L, D2, -1, 1));
-    const auto mamba1 = iattn::diagonal(uniform<T>(L, 6, -1, 1)) * make_semiseparable<T>(ss_configs[0], L);
-    const auto flipped = iattn::flip(single);
-    const double tol = tolerance<T>();
-    auto run = [&](const std::string& name, const auto& h, const iattn::mean_options& o, bool structured) {
-      const Index D = h.channels();
-      std::vector<MatD> dense_of;
-      for (Index c = 0; c < D; ++c) dense_of.push_back(dense(h, c, L));
-      const auto rq = iattn::detail::resolve_mean(h, o, "test");
-      const long long before = iattn::cuda_detail::structured_means_taken().load();
-      const MatD got = iattn::to_host(iattn::materialize_mean(on, h, o, L)).template cast<double>();
-      const bool taken = iattn::cuda_detail::structured_means_taken().load() != before;
-      const std::string what = at("structured mean", L) + " " + name;
-      check(what + (structured ? ": structured path taken" : ": channel path kept"), taken == structured ? 0.0 : 1.0, 0.0);
-      compare(check, what + " vs loops", got, loop_mean(dense_of, rq.c0, rq.c1, rq.abs, L), tol);
-      compare(check, what + " vs cpu", got, iattn::materialize_mean(h, o, L).template cast<double>(), tol);
-      if (o.head || o.channels) return;
-      const Index P = iattn::detail::require_heads(h, "test");
-      const MatD heads = iattn::to_host(iattn::materialize_head_means(on, h, {.abs = o.abs}, L)).template cast<double>();
-      MatD loops(D / P * L, L);
-      for (Index g = 0; g < D / P; ++g) loops.middleRows(g * L, L) = loop_mean(dense_of, g * P, (g + 1) * P, o.abs, L);
-      compare(check, what + " head means vs loops", heads, loops, tol);
-    };
-    run("mamba2 + band", mamba2, {}, true);
-    run("mamba2 + band, head 2", mamba2, {.head = 2}, true);
-    run("mamba2 + band, channels [2, 10) (across heads)", mamba2, {.channels = iattn::range{2, 10}}, true);
-    run("mamba2 + band, abs", mamba2, {.abs = true}, false);
-    run("0.5 strict bonus + diag", strict, {}, true);
-    run("single term", single, {}, true);
-    run("single term, abs", single, {.abs = true}, true);
-    run("single term, abs, channels [1, 8)", single, {.abs = true, .channels = iattn::range{1, 8}}, true);
-    run("mamba1 (one channel per head)", mamba1, {}, false);
-    run("flip", flipped, {}, false);
-    // The other cores a head's channels share: Gated DeltaNet's transition behind a gate and a
-    // convolution (H = 2, P = 3, N = 8, a reset), a complex-decay core (H = 2, P = 3, N = 3,
-    // angles to +-40 rad), a row-normalised S (per-head, P = 3) in a sum with a flip-free band.
-    {
-      const Index H = 2, P = 3, N = 8, D = H * P;
-      Mat<T> key = uniform<T>(L, H * N, -1, 1);
-      for (Index t = 0; t < L; ++t)
-        for (Index j = 0; j < H * N; j += N) key.row(t).segment(j, N).normalize();
-      Mat<T> g = uniform<T>(L, H, -0.5, 0);
-      if (L > 3) g.row(3).setConstant(-std::numeric_limits<T>::infinity());
-      const auto gdn = iattn::diagonal(uniform<T>(L, D, -1, 1)) *
-                       iattn::gated_delta_rule(uniform<T>(L, H * N, -1, 1), key, uniform<T>(L, H, 0, 1.9), g,
-                                               iattn::transition_options{.heads = H, .head_dim = P}) *
-                       iattn::causal_conv(uniform<T>(K, D, -1, 1));
-      run("gated delta rule", gdn, {}, true);
-      run("gated delta rule, head 1", gdn, {.head = 1}, true);
-      Mat<T> rho = uniform<T>(L, H * 3, -0.6, 0.0);
-      const auto cs = iattn::diagonal(uniform<T>(L, D, -1, 1)) *
-                      iattn::complex_semiseparable(rho, uniform<T>(L, H * 3, -40, 40), uniform<T>(L, 3, -1, 1),
-                                                   uniform<T>(L, 3, -1, 1), uniform<T>(L, 3, -1, 1), uniform<T>(L, 3, -1, 1),
-                                                   iattn::complex_semiseparable_options{.heads = H, .head_dim = P});
-      run("complex decays, abs", cs, {.abs = true}, true);
-      run("complex decays", cs, {}, true);
-      const auto rn = iattn::row_normalize(
-                          iattn::semiseparable(uniform<T>(L, H, -0.5, 0), uniform<T>(L, N, 0, 1), uniform<T>(L, N, 0, 1),
-                                               {.heads = H, .head_dim = P})) +
-                      iattn::diagonal(uniform<T>(L, D, -1, 1)) * iattn::causal_conv(uniform<T>(2, D, -1, 1));
-      run("row_normalize(S) + band", rn, {}, true);
     }
   }
   {  // one copy per coefficient inside a scope; a fresh copy per upload outside one
@@ -1501,6 +1561,8 @@ void all_cases(iattn::cuda on, Check&& check, const lengths& ls) {
   identity_cases<T>(on, check, ls);
   softmax_cases<T>(on, check, ls);
   mean_cases<T>(on, check, ls);
+  head_mean_cases<T>(on, check, ls);
+  blocked_mean_cases<T>(on, check, ls);
   resident_cases<T>(on, check, ls);
   storage16_cases<T>(on, check, ls);
 }

@@ -42,6 +42,10 @@ FLOORS = {
     "ss_materialize_tiles": (256, 4),  # 4 accumulators, 25 KiB shared (double): 1024 threads/SM
     "mean_accumulate": (256, 4),       # the channel means: a channel's matrix into the running mean
     "head_mean_term": (256, 4),        # the structured means: a head's core times its channels' factors
+    "mb_factors": (256, 4),            # the blocked means over (channel, state) pairs: factors,
+    "mb_mid": (256, 4),                #   tile-pair mids,
+    "mb_tiles": (256, 4),              #   32 x 32 tiles (25 KiB shared in double),
+    "mb_band": (256, 4),               #   and the diagonals nearest the main one
     "widen_values": (256, 4),          # 16-bit storage: float16 / bfloat16 to float
     "narrow_values": (256, 4),         #   and float rounded to them
     "band_materialize": (256, 4),      # materialize, row and col of bands; band products

@@ -16,6 +16,7 @@
 #include "linear_recurrence_tiles.hpp"
 #include "lower_product.hpp"
 #include "mean.hpp"
+#include "mean_blocks.hpp"
 #include "semiseparable_scan.hpp"
 #include "semiseparable_tiles.hpp"
 #include "semiseparable_view.hpp"
