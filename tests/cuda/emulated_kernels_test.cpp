@@ -4,77 +4,17 @@
 // the two serial schedules ([serial]: deterministic, they catch a missing barrier by value), then
 // the emulator's own checks ([emulator]): the missing-barrier kernel caught, barrier divergence,
 // deadlocks, partial-warp shuffles, the shared-memory limit and poison, persistent threads.
-#if defined(IATTN_CATCH2_V3)
-#include <catch2/catch_all.hpp>
-#else
-#include <catch2/catch.hpp>
-#endif
+// One program in two translation units compiled side by side: this one (the SIMT interface, the
+// scans, bands, products, sums, flips, row normalisations and norms; the door's errors; the
+// emulator's own checks) and emulated_kernels_part2.cpp (the other nodes, the means, resident
+// expressions, 16-bit storage).
+#include "emulated_support.hpp"
 
-#include "kernel_cases.hpp"
-
-#include <algorithm>
-#include <bit>
 #include <cmath>
-#include <cstdint>
-#include <limits>
 #include <mutex>
 #include <set>
 #include <thread>
 #include <vector>
-
-namespace {
-
-using iattn::simt::schedule;
-namespace simt = iattn::simt;
-
-/// Reports a case's comparison as one Catch2 assertion.
-struct catch_check {
-  void operator()(const std::string& what, double err, double allowed) const {
-    INFO(what << ": max abs error " << err << ", allowed " << allowed);
-    CHECK(err <= allowed);
-  }
-};
-
-iattn::cuda on(schedule s) { return iattn::cuda{simt::emulated_stream{s}}; }
-
-#if defined(__SANITIZE_THREAD__)
-constexpr bool under_tsan = true;
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-constexpr bool under_tsan = true;
-#else
-constexpr bool under_tsan = false;
-#endif
-#else
-constexpr bool under_tsan = false;
-#endif
-/// The concurrent schedule's lengths: under ThreadSanitizer (5-15x slower) the serial ones, which
-/// reach the same tails and code paths, with the rows and columns of the matrix cases (without
-/// the widest configurations: the 8-lane Transition already shuffles).
-const cuda_test::lengths tsan_lengths = [] {
-  cuda_test::lengths l = cuda_test::serial;
-  l.slices = true;
-  l.widest = false;
-  return l;
-}();
-const cuda_test::lengths& concurrent_lengths = under_tsan ? tsan_lengths : cuda_test::emulated;
-
-}  // namespace
-
-// Each case: float and double on the concurrent schedule; float on both serial schedules (the
-// barrier logic does not depend on the scalar type), at the shorter serial lengths (the new
-// matrix cases at one length: serial_matrices; rows and columns, whose kernels have no barrier,
-// on the concurrent schedule only).
-#define IATTN_EMULATED_CASE_AT(title, cases, serial_lengths)                                 \
-  TEST_CASE(title ", concurrent", "[kernels][concurrent]") {                                 \
-    cases<float>(on(schedule::concurrent), catch_check{}, concurrent_lengths);               \
-    cases<double>(on(schedule::concurrent), catch_check{}, concurrent_lengths);              \
-  }                                                                                          \
-  TEST_CASE(title ", serial schedules", "[kernels][serial]") {                               \
-    for (schedule s : {schedule::serial_forward, schedule::serial_reverse})                  \
-      cases<float>(on(s), catch_check{}, serial_lengths);                                    \
-  }
-#define IATTN_EMULATED_CASE(title, cases) IATTN_EMULATED_CASE_AT(title, cases, cuda_test::serial)
 
 IATTN_EMULATED_CASE("SIMT interface", cuda_test::simt_cases)
 IATTN_EMULATED_CASE("Diagonal apply", cuda_test::diagonal_cases)
@@ -96,36 +36,6 @@ IATTN_EMULATED_CASE_AT("RowNormalize apply, materialize, row, col", cuda_test::r
                        cuda_test::serial_matrices)
 IATTN_EMULATED_CASE_AT("GroupNorm apply, bind, and the bound materialize, row, col", cuda_test::group_norm_cases,
                        cuda_test::serial_matrices)
-IATTN_EMULATED_CASE_AT("Wkv apply, materialize, row, col", cuda_test::wkv_cases, cuda_test::serial_matrices)
-IATTN_EMULATED_CASE_AT("ComplexSemiseparable apply, materialize, row, col (alone and diag * S * conv)",
-                       cuda_test::complex_semiseparable_cases, cuda_test::serial_matrices)
-IATTN_EMULATED_CASE_AT("Transition apply, materialize, row, col (the delta-rule family, alone and diag * S * conv)",
-                       cuda_test::transition_cases, cuda_test::serial_shuffles)
-IATTN_EMULATED_CASE_AT("Identity apply, materialize, row, col (beside, in products, scaled, flipped)",
-                       cuda_test::identity_cases, cuda_test::serial_matrices)
-IATTN_EMULATED_CASE_AT("SoftmaxAttention apply, materialize, row, col", cuda_test::softmax_cases, cuda_test::serial_matrices)
-// The means' own kernel has no barrier, and the materialize kernels they call run on the serial
-// schedules above: the concurrent schedule only.
-TEST_CASE("materialize_all, channel and head means, concurrent", "[kernels][concurrent][concurrent-only]") {
-  cuda_test::mean_cases<float>(on(schedule::concurrent), catch_check{}, concurrent_lengths);
-  cuda_test::mean_cases<double>(on(schedule::concurrent), catch_check{}, concurrent_lengths);
-}
-
-// The structured means: the head path's own kernel has no barrier and its cores' materialize
-// kernels run on the serial schedules in their cases (concurrent only); the blocked products'
-// tiles have barriers (both).
-TEST_CASE("Structured channel means: head cores, concurrent", "[kernels][concurrent][concurrent-only]") {
-  cuda_test::head_mean_cases<float>(on(schedule::concurrent), catch_check{}, concurrent_lengths);
-  cuda_test::head_mean_cases<double>(on(schedule::concurrent), catch_check{}, concurrent_lengths);
-}
-IATTN_EMULATED_CASE_AT("Structured channel means: blocked (channel, state) products", cuda_test::blocked_mean_cases,
-                       cuda_test::serial_matrices)
-
-TEST_CASE("device_expression: copied once, the same results, one stream", "[kernels][concurrent][concurrent-only]") {
-  cuda_test::resident_cases<float>(on(schedule::concurrent), catch_check{}, concurrent_lengths);
-  cuda_test::resident_cases<double>(on(schedule::concurrent), catch_check{}, concurrent_lengths);
-}
-
 TEST_CASE("CUDA backend: errors at the door", "[kernels][errors]") {
   using namespace iattn;
   using cuda_test::Mat;
@@ -211,105 +121,6 @@ TEST_CASE("CUDA backend: errors at the door", "[kernels][errors]") {
       std::numeric_limits<float>::quiet_NaN();
   const Mat<float> kept = to_host(to_device<float16>(special, cuda{}));
   CHECK((kept(0, 0) == special(0, 0) && kept(0, 1) == special(0, 1) && std::isnan(kept(0, 2))));
-}
-
-// ---- 16-bit storage ----------------------------------------------------------------------------
-
-namespace storage_test {
-
-/// Bit pattern b's value, for a 16-bit format of e_bits exponent and m_bits mantissa bits (IEEE
-/// layout, bias 2^(e_bits-1) - 1), by ldexp in double: the oracle of to_float.
-double decode(std::uint16_t b, int e_bits, int m_bits) {
-  const int bias = (1 << (e_bits - 1)) - 1, emax = (1 << e_bits) - 1;
-  const int e = (b >> m_bits) & emax, m = b & ((1 << m_bits) - 1);
-  const double sign = (b >> 15) ? -1.0 : 1.0;
-  if (e == emax) return m ? std::numeric_limits<double>::quiet_NaN() : sign * std::numeric_limits<double>::infinity();
-  if (e == 0) return sign * std::ldexp(double(m), 1 - bias - m_bits);
-  return sign * std::ldexp(double((1 << m_bits) + m), e - bias - m_bits);
-}
-
-/// The format's positive finite values, indexed by bit pattern (0 .. largest finite).
-std::vector<double> positives(int e_bits, int m_bits) {
-  std::vector<double> v;
-  const int largest = (((1 << e_bits) - 1) << m_bits) - 1;
-  for (int b = 0; b <= largest; ++b) v.push_back(decode(std::uint16_t(b), e_bits, m_bits));
-  return v;
-}
-
-/// The pattern nearest f (not NaN), ties to the even pattern; from the largest finite value plus
-/// half its spacing on, infinity: the oracle of round_to, by search in the table above.
-std::uint16_t nearest(float f, const std::vector<double>& pos, int e_bits, int m_bits) {
-  const std::uint16_t sign = std::signbit(f) ? 0x8000 : 0;
-  const double a = std::abs(double(f)), top = pos.back(), spacing = top - pos[pos.size() - 2];
-  if (a >= top + spacing / 2) return std::uint16_t(sign | (((1 << e_bits) - 1) << m_bits));
-  const std::size_t k = std::size_t(std::lower_bound(pos.begin(), pos.end(), a) - pos.begin());
-  if (k == pos.size()) return std::uint16_t(sign | (k - 1));
-  if (pos[k] == a || k == 0) return std::uint16_t(sign | k);
-  const double below = a - pos[k - 1], above = pos[k] - a;
-  const std::size_t pick = below < above ? k - 1 : above < below ? k : (k % 2 == 0 ? k : k - 1);
-  return std::uint16_t(sign | pick);
-}
-
-template <class S>
-void against_oracle(int e_bits, int m_bits) {
-  using iattn::round_to;
-  using iattn::to_float;
-  const std::vector<double> pos = positives(e_bits, m_bits);
-  // to_float: every pattern against the ldexp decoding.
-  long long wrong = 0;
-  for (int b = 0; b < 65536; ++b) {
-    const double want = decode(std::uint16_t(b), e_bits, m_bits);
-    const float got = to_float(S{std::uint16_t(b)});
-    wrong += std::isnan(want) ? !std::isnan(got) : (double(got) != want || std::signbit(got) != std::signbit(want));
-  }
-  CHECK(wrong == 0);
-  // round_to: every value, every midpoint between neighbours (the ties), a step either side of
-  // each midpoint, and 2^21 random float patterns against the nearest-value search.
-  std::vector<float> probes;
-  long long inexact = 0;  // a midpoint is a float: the ties are exact
-  for (std::size_t k = 0; k + 1 < pos.size(); ++k) {
-    const float mid = float((pos[k] + pos[k + 1]) / 2);
-    inexact += double(mid) != (pos[k] + pos[k + 1]) / 2;
-    for (float v : {float(pos[k]), mid, std::nextafter(mid, 0.0f), std::nextafter(mid, std::numeric_limits<float>::infinity())}) {
-      probes.push_back(v);
-      probes.push_back(-v);
-    }
-  }
-  CHECK(inexact == 0);
-  std::uniform_int_distribution<std::uint32_t> bits;
-  for (int i = 0; i < (1 << 21); ++i) probes.push_back(std::bit_cast<float>(bits(test::rng())));
-  for (float v : {65504.0f, 65519.99f, 65520.0f, 3.3895314e38f, 3.3961e38f, 3.4028235e38f,
-                  std::numeric_limits<float>::infinity(), std::numeric_limits<float>::denorm_min()})
-    probes.insert(probes.end(), {v, -v});
-  wrong = 0;
-  long long nans = 0;
-  for (float f : probes) {
-    const std::uint16_t got = round_to<S>(f).bits;
-    if (std::isnan(f)) {  // a quiet NaN of the same sign
-      ++nans;
-      wrong += !std::isnan(to_float(S{got})) || (got & 0x8000) != (std::bit_cast<std::uint32_t>(f) >> 16 & 0x8000) ||
-               !(got & (1 << (m_bits - 1)));
-      continue;
-    }
-    wrong += got != nearest(f, pos, e_bits, m_bits);
-  }
-  INFO(probes.size() << " probes, " << nans << " NaN");
-  CHECK(wrong == 0);
-  CHECK(nans > 0);
-}
-
-}  // namespace storage_test
-
-TEST_CASE("16-bit storage: to_float and round_to against an independent oracle", "[storage]") {
-  SECTION("float16") { storage_test::against_oracle<iattn::float16>(5, 10); }
-  SECTION("bfloat16") { storage_test::against_oracle<iattn::bfloat16>(8, 7); }
-}
-
-// The conversion kernels have no barrier; the apply kernels behind them run on the serial
-// schedules in their own cases: the concurrent schedule only.
-TEST_CASE("16-bit storage: convert, apply and bind with float16 / bfloat16 X, concurrent",
-          "[kernels][concurrent][concurrent-only]") {
-  cuda_test::storage16_cases<float>(on(schedule::concurrent), catch_check{}, concurrent_lengths);
 }
 
 // ---- the emulator itself -------------------------------------------------------------------------

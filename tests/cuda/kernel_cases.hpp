@@ -41,6 +41,10 @@ struct lengths {
   std::vector<Index> elementwise, scan, tiles;
   bool slices = true;  ///< the matrix cases also take rows and columns (barrier-free kernels)
   bool widest = true;  ///< the cases' widest configurations too (Transition's 32 lanes)
+  /// The structured means of every head-shared core (Transition, complex, row-normalised), not
+  /// only the Semiseparable's: their head path is the same kernel, their cores' materializations
+  /// have cases of their own.
+  bool every_core = true;
 };
 /// The emulated concurrent schedule (float and double).
 inline const lengths emulated = {{1, 7, 65, 257}, {1, 7, 64, 65, 1000}, {1, 31, 32, 33, 100}};
@@ -644,7 +648,7 @@ void head_mean_cases(iattn::cuda on, Check&& check, const lengths& ls) {
     // The other cores a head's channels share: Gated DeltaNet's transition behind a gate and a
     // convolution (H = 2, P = 3, N = 8, a reset), a complex-decay core (H = 2, P = 3, N = 3,
     // angles to +-40 rad), a row-normalised S (per-head, P = 3) in a sum with a flip-free band.
-    {
+    if (ls.every_core) {
       const Index H = 2, P = 3, N = 8, D = H * P;
       Mat<T> key = uniform<T>(L, H * N, -1, 1);
       for (Index t = 0; t < L; ++t)
