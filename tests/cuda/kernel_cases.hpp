@@ -328,14 +328,15 @@ struct ss_config {
 };
 
 /// Mamba-1 (factored, N = 16), GLA-like per-state decays with heads of 2 channels, Mamba-2-like
-/// per-head decays with 2 groups and N = 40 (64 lanes) or N = 12 (the channel layout, N <= 16),
+/// per-head decays with 2 groups and N = 40 with heads of 3 channels (apply: the chunked matrix
+/// products, ssd_scan.hpp) or N = 12 with one channel per head (the channel layout, N <= 16),
 /// RWKV-like strict forms with and without a bonus, wide states (N = 200: two states per thread,
 /// 128 lanes), N = 5 with resets (lambda = -inf).
 inline const std::vector<ss_config> ss_configs = {
     {"factored N=16", 6, 1, 1, 16, decay_form::factored, false, false, false},
     {"per-state H=3 P=2 N=5 resets", 3, 2, 1, 5, decay_form::per_state, false, false, true},
-    {"per-head H=4 P=3 G=2 N=40", 4, 3, 2, 40, decay_form::per_head, false, false, false},
-    {"per-head H=4 P=2 G=2 N=12 resets", 4, 2, 2, 12, decay_form::per_head, false, false, true},
+    {"per-head H=4 P=3 G=2 N=40 resets", 4, 3, 2, 40, decay_form::per_head, false, false, true},
+    {"per-head H=4 P=1 G=2 N=12 resets", 4, 1, 2, 12, decay_form::per_head, false, false, true},
     {"strict bonus H=2 P=2 N=7", 2, 2, 1, 7, decay_form::per_state, true, true, false},
     {"strict no bonus factored N=3", 3, 1, 1, 3, decay_form::factored, true, false, true},
     {"per-head N=200", 2, 1, 1, 200, decay_form::per_head, false, false, false},

@@ -74,6 +74,8 @@ namespace iattn::cuda_detail {
   template __global__ void copy_strided<T>(const T*, simt::index, T*, simt::index);                                \
   template __global__ void mean_accumulate<T>(T*, const T*, simt::index, T, bool, bool);                           \
   template __global__ void head_mean_term<T>(head_mean_args<T>, T*);                                              \
+  template __global__ void ssd_chunk_states<T>(ss_scan_args<T>, T*, T*);                                          \
+  template __global__ void ssd_chunk_outputs<T>(ss_scan_args<T>, const T*, T*);                                              \
   template __global__ void mb_factors<T>(mb_args<T>, T*, T*, T*, T*);                                            \
   template __global__ void mb_mid<T>(mb_args<T>, T*);                                                              \
   template __global__ void mb_tiles<T>(mb_args<T>, const T*, const T*, const T*, const T*, const T*, T, T*);       \

@@ -41,6 +41,8 @@ FLOORS = {
     "ss_materialize_macro": (256, 3),  # 16 accumulators, 13 KiB shared (float; 26 KiB double)
     "ss_materialize_tiles": (256, 4),  # 4 accumulators, 25 KiB shared (double): 1024 threads/SM
     "mean_accumulate": (256, 4),       # the channel means: a channel's matrix into the running mean
+    "ssd_chunk_states": (256, 2),      # per-head decays: chunked matrix products, one block per
+    "ssd_chunk_outputs": (256, 2),     #   (chunk, head); the chunk's Gram matrix in shared (33 KiB double)
     "head_mean_term": (256, 4),        # the structured means: a head's core times its channels' factors
     "mb_factors": (256, 4),            # the blocked means over (channel, state) pairs: factors,
     "mb_mid": (256, 4),                #   tile-pair mids,

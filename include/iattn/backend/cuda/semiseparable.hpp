@@ -3,7 +3,9 @@
 // or without a bonus):
 //   apply        the chunked scan of kernels/semiseparable_scan.hpp: the channel layout for
 //                N <= 16 (one thread per channel), the lane layout up to N = 512 (scan_max_state);
-//                apply_scaled folds diagonals around S into it (product.hpp, scan_fold)
+//                a decay per head and token with heads of 2 or more channels (Mamba-2): the chunked
+//                matrix products of kernels/ssd_scan.hpp (any N); apply_scaled folds diagonals
+//                around S into either (product.hpp, scan_fold)
 //   materialize  the factored stable tiles of kernels/semiseparable_tiles.hpp (factors, tile
 //                totals, tile-pair mids, then macro tiles off the diagonal band and the band's
 //                tiles); any N
@@ -14,6 +16,7 @@
 #include "evaluator.hpp"
 #include "kernels/semiseparable_scan.hpp"
 #include "kernels/semiseparable_tiles.hpp"
+#include "kernels/ssd_scan.hpp"
 #include "vector_scan.hpp"
 
 #include <cstdint>
@@ -24,6 +27,8 @@ namespace iattn::cuda_detail {
 
 /// The most states per channel the scan keeps in registers: 128 lanes x 4 states per lane.
 inline constexpr Index scan_max_state = Index(scan_threads) * 4;
+/// Channels per head from which a per-head decay takes the chunked matrix products (ssd_scan.hpp).
+inline constexpr Index ssd_min_head_dim = 2;
 
 /// Diagonals folded into a scan: y = diag(out) S diag(in) x, each (rows, D) on the device, rows = L
 /// or 1; null for none.
@@ -65,6 +70,10 @@ struct cuda_eval<Semiseparable<T>> {
   static void apply_scaled(const Semiseparable<T>& n, const cuda& on, const T* x, T* y, Index L,
                            const scan_scales<T>& scales) {
     const Index N = n.state(), D = n.channels();
+    if (takes_ssd(n)) {
+      if (L > 0) apply_ssd(n, on, x, y, L, scales);
+      return;
+    }
     if (N > scan_max_state)
       detail::fail("apply(iattn::cuda, H, X)", "the Semiseparable has N = " + std::to_string(N) +
                                                   " states per channel; the CUDA scan holds at most " +
@@ -134,6 +143,25 @@ struct cuda_eval<Semiseparable<T>> {
     simt::launch("ss_materialize_tiles", &ss_materialize_tiles<T>, {{2, 2, macros}, {tile_dim, tile_rows}, 0},
                  on.stream, ds.view, c, static_cast<const T*>(ct.data()), static_cast<const T*>(bt.data()),
                  static_cast<const T*>(mid.data()), tiles, out);
+  }
+
+  /// Whether apply takes the chunked matrix products (kernels/ssd_scan.hpp): one decay per head and
+  /// token (not factored, not per state), the inclusive form, and heads of ssd_min_head_dim or more
+  /// channels, which share each chunk's decayed Gram matrix.
+  static bool takes_ssd(const Semiseparable<T>& n) {
+    return !n.factored() && !n.per_state() && !n.strict() && n.head_dim() >= ssd_min_head_dim;
+  }
+
+  static void apply_ssd(const Semiseparable<T>& n, const cuda& on, const T* x, T* y, Index L, const scan_scales<T>& scales) {
+    const device_semiseparable<T> ds(n, on.stream);
+    const Index chunks = (L + ssd_chunk - 1) / ssd_chunk, pairs = n.heads() * n.state() * n.head_dim();
+    device_buffer<T> state(chunks * pairs, on.stream), decay(chunks * pairs, on.stream);
+    const ss_scan_args<T> args{ds.view, x, ssd_chunk, 1, scales.in, scales.in_rows, scales.out, scales.out_rows, false};
+    const simt::launch_config per_chunk{{unsigned(chunks), unsigned(n.heads())}, {ssd_threads}, 0};
+    simt::launch("ssd_chunk_states", &ssd_chunk_states<T>, per_chunk, on.stream, args, state.data(), decay.data());
+    simt::launch("chunk_carry", &chunk_carry<T>, {{simt::blocks_for(pairs, elementwise_threads)}, {elementwise_threads}, 0},
+                 on.stream, state.data(), static_cast<const T*>(decay.data()), chunks, pairs);
+    simt::launch("ssd_chunk_outputs", &ssd_chunk_outputs<T>, per_chunk, on.stream, args, static_cast<const T*>(state.data()), y);
   }
 
   static void vector(const Semiseparable<T>& n, const cuda& on, Index c, bool transposed, const T* x, T* y, Index L) {

@@ -21,6 +21,7 @@
 #include "semiseparable_tiles.hpp"
 #include "semiseparable_view.hpp"
 #include "softmax.hpp"
+#include "ssd_scan.hpp"
 #include "storage16.hpp"
 #include "transition.hpp"
 #include "vector_scan.hpp"
