@@ -8,7 +8,7 @@
 //   BM_cuda_fill     cudaMemsetAsync of L^2 floats: the write bandwidth a materialization can reach
 //   BM_cuda_upload   the host-to-device copy of the coefficients one apply of the chain uploads
 // Counters: items_per_second (L*D*N state updates for S and the chain, L^2 entries for materialize),
-// bytes_per_second for the baselines.
+// bytes_per_second for the baselines. Mamba-2's apply and the structured means: below.
 #include <benchmark/benchmark.h>
 
 #include <iattn/cuda.hpp>
@@ -135,6 +135,71 @@ void BM_cuda_materialize_S_resident(benchmark::State& state) {
   const data& d = get(state.range(0));
   materialize_resident(state, d.L, d.S());
 }
+/// Mamba-2's shapes (D = 1536 as 24 heads of P = 64, N = 128, one group, a decay per head and
+/// token): its S applied (the chunked matrix products, kernels/ssd_scan.hpp) and the structured
+/// channel means of Mamba-1's and Mamba-2's chains (docs/cuda.md, "Structured means"), all kept
+/// on the device. items: L D N state updates for apply, L^2 D N / 2 multiply-adds for Mamba-1's
+/// mean (its blocked (channel, state) products), L^2 / 2 entries per head for Mamba-2's mean.
+constexpr Index heads2 = 24, P2 = D / heads2, N2 = 128;
+struct data2 {
+  Index L;
+  Mat x, g, dt, lam, B, C, w;
+  explicit data2(Index L_) : L(L_) {
+    std::mt19937 rng(2);
+    std::normal_distribution<float> n(0.f, 1.f);
+    std::uniform_real_distribution<float> un(0.f, 1.f);
+    auto rnd = [&](Index r, Index c) {
+      Mat m(r, c);
+      for (Index i = 0; i < m.size(); ++i) m.data()[i] = n(rng);
+      return m;
+    };
+    x = rnd(L, D), g = rnd(L, D), B = rnd(L, N2), C = rnd(L, N2), w = rnd(K, D);
+    dt.resize(L, D), lam.resize(L, heads2);
+    for (Index i = 0; i < dt.size(); ++i) dt.data()[i] = 0.001f + 0.099f * un(rng);
+    for (Index i = 0; i < lam.size(); ++i) lam.data()[i] = -0.1f * un(rng);
+  }
+  auto S() const { return iattn::semiseparable(lam, B, C, {.heads = heads2, .head_dim = P2}); }
+  auto mamba2() const { return iattn::diagonal(g) * S() * iattn::diagonal(dt) * iattn::causal_conv(w); }
+};
+const data2& get2(Index L) {
+  static std::vector<std::unique_ptr<data2>> cache;
+  for (auto& d : cache)
+    if (d->L == L) return *d;
+  cache.push_back(std::make_unique<data2>(L));
+  return *cache.back();
+}
+void BM_cuda_apply_mamba2_resident(benchmark::State& state) {
+  const data2& d = get2(state.range(0));
+  const iattn::cuda on{};
+  const auto H = iattn::to_device(d.mamba2(), on);
+  const auto xd = iattn::to_device(d.x, on);
+  timed(state, on.stream, [&] { benchmark::DoNotOptimize(iattn::apply(on, H, xd).data()); });
+  state.SetItemsProcessed(state.iterations() * d.L * D * N2);
+}
+void BM_cuda_mean_mamba2_resident(benchmark::State& state) {
+  const data2& d = get2(state.range(0));
+  const iattn::cuda on{};
+  const auto H = iattn::to_device(d.mamba2(), on);
+  timed(state, on.stream, [&] { benchmark::DoNotOptimize(iattn::materialize_mean(on, H).data()); });
+  state.SetItemsProcessed(state.iterations() * heads2 * d.L * d.L / 2);
+}
+void BM_cuda_mean_mamba1_resident(benchmark::State& state) {
+  const data& d = get(state.range(0));
+  const iattn::cuda on{};
+  const auto H = iattn::to_device(d.mamba1(), on);
+  timed(state, on.stream, [&] { benchmark::DoNotOptimize(iattn::materialize_mean(on, H).data()); });
+  state.SetItemsProcessed(state.iterations() * d.L * d.L / 2 * D * N);
+}
+/// The Mamba-1 chain with X and Y in bfloat16 storage (read into float, Y rounded once): against
+/// BM_cuda_apply_mamba1_resident, the cost of the 16-bit door.
+void BM_cuda_apply_mamba1_bf16_resident(benchmark::State& state) {
+  const data& d = get(state.range(0));
+  const iattn::cuda on{};
+  const auto H = iattn::to_device(d.mamba1(), on);
+  const auto xd = iattn::to_device<iattn::bfloat16>(d.x, on);
+  timed(state, on.stream, [&] { benchmark::DoNotOptimize(iattn::apply(on, H, xd).data()); });
+  state.SetItemsProcessed(state.iterations() * d.L * D * N);
+}
 void BM_cuda_copy(benchmark::State& state) {
   const data& d = get(state.range(0));
   const iattn::cuda on{};
@@ -175,6 +240,10 @@ BENCHMARK(BM_cuda_apply_S_resident)->Arg(1024)->Arg(4096)->UseManualTime()->Unit
 BENCHMARK(BM_cuda_apply_mamba1_resident)->Arg(1024)->Arg(4096)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_cuda_materialize_mamba1_resident)->Arg(1024)->Arg(4096)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_cuda_materialize_S_resident)->Arg(1024)->Arg(4096)->Arg(8192)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_cuda_apply_mamba2_resident)->Arg(1024)->Arg(4096)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_cuda_mean_mamba2_resident)->Arg(1024)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_cuda_mean_mamba1_resident)->Arg(1024)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_cuda_apply_mamba1_bf16_resident)->Arg(1024)->Arg(4096)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_cuda_copy)->Arg(1024)->Arg(4096)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_cuda_fill)->Arg(1024)->Arg(4096)->Arg(8192)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_cuda_upload)->Arg(1024)->Arg(4096)->UseManualTime()->Unit(benchmark::kMillisecond);
