@@ -25,23 +25,26 @@ using iattn::Index;
 using Mat = iattn::Matrix<float>;
 constexpr Index D = 1536, N = 16, K = 4;
 
+/// (r, c) values drawn from N(0, 1), or uniformly from [lo, hi) when lo < hi.
+Mat random_matrix(std::mt19937& rng, Index r, Index c, float lo = 0.f, float hi = 0.f) {
+  std::normal_distribution<float> n(0.f, 1.f);
+  std::uniform_real_distribution<float> un(lo, hi);
+  Mat m(r, c);
+  for (Index i = 0; i < m.size(); ++i) m.data()[i] = lo < hi ? un(rng) : n(rng);
+  return m;
+}
+
 struct data {
   Index L;
   Mat x, g, dt, A, B, C, w;
   explicit data(Index L_) : L(L_) {
     std::mt19937 rng(1);
-    std::normal_distribution<float> n(0.f, 1.f);
-    std::uniform_real_distribution<float> un(0.f, 1.f);
-    auto rnd = [&](Index r, Index c) {
-      Mat m(r, c);
-      for (Index i = 0; i < m.size(); ++i) m.data()[i] = n(rng);
-      return m;
-    };
-    x = rnd(L, D), g = rnd(L, D), B = rnd(L, N), C = rnd(L, N), w = rnd(K, D);
-    dt.resize(L, D), A.resize(D, N);
+    x = random_matrix(rng, L, D), g = random_matrix(rng, L, D), B = random_matrix(rng, L, N);
+    C = random_matrix(rng, L, N), w = random_matrix(rng, K, D);
+    A.resize(D, N);
     for (Index c = 0; c < D; ++c)
       for (Index m = 0; m < N; ++m) A(c, m) = -float(m + 1);
-    for (Index i = 0; i < dt.size(); ++i) dt.data()[i] = 0.001f + 0.099f * un(rng);
+    dt = random_matrix(rng, L, D, 0.001f, 0.1f);
   }
   auto S() const { return iattn::semiseparable(iattn::factored_decay(dt, A), B, C, {.heads = D}); }
   auto mamba1() const { return iattn::diagonal(g) * S() * iattn::diagonal(dt) * iattn::causal_conv(w); }
@@ -146,17 +149,10 @@ struct data2 {
   Mat x, g, dt, lam, B, C, w;
   explicit data2(Index L_) : L(L_) {
     std::mt19937 rng(2);
-    std::normal_distribution<float> n(0.f, 1.f);
-    std::uniform_real_distribution<float> un(0.f, 1.f);
-    auto rnd = [&](Index r, Index c) {
-      Mat m(r, c);
-      for (Index i = 0; i < m.size(); ++i) m.data()[i] = n(rng);
-      return m;
-    };
-    x = rnd(L, D), g = rnd(L, D), B = rnd(L, N2), C = rnd(L, N2), w = rnd(K, D);
-    dt.resize(L, D), lam.resize(L, heads2);
-    for (Index i = 0; i < dt.size(); ++i) dt.data()[i] = 0.001f + 0.099f * un(rng);
-    for (Index i = 0; i < lam.size(); ++i) lam.data()[i] = -0.1f * un(rng);
+    x = random_matrix(rng, L, D), g = random_matrix(rng, L, D), B = random_matrix(rng, L, N2);
+    C = random_matrix(rng, L, N2), w = random_matrix(rng, K, D);
+    dt = random_matrix(rng, L, D, 0.001f, 0.1f);
+    lam = random_matrix(rng, L, heads2, -0.1f, 0.f);
   }
   auto S() const { return iattn::semiseparable(lam, B, C, {.heads = heads2, .head_dim = P2}); }
   auto mamba2() const { return iattn::diagonal(g) * S() * iattn::diagonal(dt) * iattn::causal_conv(w); }
