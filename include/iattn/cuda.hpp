@@ -345,24 +345,30 @@ bool structured_means(const H& h, const cuda& on, Index c0, Index n, Index group
     }
     return l;
   };
+  std::vector<head_mean_args<T>> args;  // per term: its diagonals and taps on the device, once per call
+  for (const auto& term : terms) {
+    head_mean_args<T> a{};
+    a.post = list(term.post);
+    a.pre = list(term.pre);
+    if (term.conv) {
+      kept.push_back(upload(term.conv->w(), on.stream));
+      a.w = kept.back().data();
+    }
+    a.K = term.width();
+    a.L = L;
+    a.D = D;
+    a.scale = static_cast<T>(term.weight / static_cast<double>(n));
+    a.abs = abs;
+    args.push_back(a);
+  }
   device_buffer<T> core(L * L, on.stream);
   for (Index g = 0; g < groups; ++g) {
     const Index b = c0 + g * n, e = b + n;
     T* acc = out + g * L * L;
     bool first = true;
-    for (const auto& term : terms) {
-      head_mean_args<T> a{};
-      a.post = list(term.post);
-      a.pre = list(term.pre);
-      if (term.conv) {
-        kept.push_back(upload(term.conv->w(), on.stream));
-        a.w = kept.back().data();
-      }
-      a.K = term.width();
-      a.L = L;
-      a.D = D;
-      a.scale = static_cast<T>(term.weight / static_cast<double>(n));
-      a.abs = abs;
+    for (std::size_t k = 0; k < terms.size(); ++k) {
+      const auto& term = terms[k];
+      head_mean_args<T> a = args[k];
       auto run = [&](Index cb, Index ce, const T* c) {
         a.core = c;
         a.c0 = cb;
