@@ -41,12 +41,14 @@ constexpr bool under_tsan = false;
 /// The concurrent schedule's lengths: under ThreadSanitizer (5-15x slower) the serial ones, which
 /// reach the same tails and code paths, with the rows and columns of the matrix cases (without
 /// the widest configurations: the 8-lane Transition already shuffles; the structured means of the
-/// Semiseparable's head cores only: the other cores' materializations run in their own cases).
+/// Semiseparable's head cores only, one run per path: the other cores' materializations run in
+/// their own cases, the options change no kernel).
 const cuda_test::lengths tsan_lengths = [] {
   cuda_test::lengths l = cuda_test::serial;
   l.slices = true;
   l.widest = false;
   l.every_core = false;
+  l.thorough = false;
   return l;
 }();
 const cuda_test::lengths& concurrent_lengths = under_tsan ? tsan_lengths : cuda_test::emulated;

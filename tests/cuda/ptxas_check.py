@@ -181,16 +181,25 @@ def check(entries, archs=None, quiet=False):
 
 
 def run_nvcc(args):
-    cmd = [args.nvcc, "-std=c++20", "-c", args.source, "-o", args.output, "-Xptxas", "-v", "-I", args.include]
+    """ptxas' report for every architecture: one device-only compile (-cubin: no host pass) per
+    architecture, all started at once (the test command's stage 1 waits for this one)."""
+    procs = []
     for a in args.arch:
-        cmd += ["-gencode", f"arch=compute_{a},code=sm_{a}"]
-    print(" ".join(cmd))
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    if r.returncode != 0:
-        sys.stdout.write(r.stdout + r.stderr)
+        out = f"{args.output}.sm_{a}.cubin"
+        cmd = [args.nvcc, "-std=c++20", "-cubin", args.source, "-o", out, "-Xptxas", "-v", "-I", args.include,
+               f"-arch=sm_{a}"]
+        print(" ".join(cmd))
+        procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    text, failed = "", False
+    for p in procs:
+        out, _ = p.communicate()
+        text += out
+        failed |= p.returncode != 0
+    if failed:
+        sys.stdout.write(text)
         print("nvcc failed")
         sys.exit(1)
-    return r.stdout + r.stderr
+    return text
 
 
 CANNED = """ptxas info    : Compiling entry function '_ZN5iattn11cuda_detail14diagonal_applyIfEEvNS0_13diagonal_argsIT_EE' for 'sm_80'
