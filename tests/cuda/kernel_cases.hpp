@@ -1248,6 +1248,15 @@ void wkv_cases(iattn::cuda on, Check&& check, const lengths& ls) {
             iattn::apply(constant, x).template cast<double>(), tolerance<T>());
     compare(check, what + " diag wkv apply vs cpu", iattn::apply(on, rwkv4, x),
             iattn::apply(rwkv4, x).template cast<double>(), tolerance<T>());
+    {  // the chunked apply at chunks of 8 tokens: a chunk of resets, tails; keys +-30 across chunks
+      const Index chunk = iattn::cuda_detail::wkv_chunk();
+      iattn::cuda_detail::wkv_chunk() = 8;
+      compare(check, what + " per-token decays, a reset: apply in chunks of 8 vs loops", iattn::apply(on, per_token, x),
+              expected, tolerance<T>());
+      compare(check, what + " constant decay, keys +-30: apply in chunks of 8 vs cpu", iattn::apply(on, constant, x),
+              iattn::apply(constant, x).template cast<double>(), tolerance<T>());
+      iattn::cuda_detail::wkv_chunk() = chunk;
+    }
     matrix_checks<T>(on, check, ls, per_token, L, c, what + " per-token decays, a reset");
     matrix_checks<T>(on, check, ls, constant, L, c, what + " constant decay, keys +-30");
     matrix_checks<T>(on, check, ls, rwkv4, L, c, what + " diag wkv");
@@ -1320,19 +1329,23 @@ void complex_semiseparable_cases(iattn::cuda on, Check&& check, const lengths& l
 /// gates, N = 40: 8 lanes of 8), DeltaProduct's rank 2 through transition() (N = 130: 32 lanes
 /// of 8, the widest), and rank 0 (a diagonal recurrence, N = 3: one lane of 4): apply against the
 /// dense transitions' products at the lengths of the scan cases (up to 65 tokens for the wide
-/// states), materialize, rows and columns, alone and (the narrow states) behind a diagonal and a
-/// convolution.
+/// states; also in chunks of 4 tokens, the chunked apply's passes, and with P = 10, two column
+/// groups of its carry), materialize, rows and columns, alone and (the narrow states) behind a
+/// diagonal and a convolution.
 template <class T, class Check>
 void transition_cases(iattn::cuda on, Check&& check, const lengths& ls) {
   struct config {
     const char* name;
     Index H, P, N, R;
     int form;  // 0 gated delta rule, 1 KDA, 2 transition() with rank R
+    bool apply_only = false;
   };
   const config configs[] = {{"gated delta rule, H=2 P=3 N=8", 2, 3, 8, 1, 0},
                             {"kimi delta rule, H=1 P=2 N=40", 1, 2, 40, 1, 1},
                             {"rank 2, H=1 P=1 N=130", 1, 1, 130, 2, 2},
-                            {"rank 0, H=2 P=1 N=3", 2, 1, 3, 0, 2}};
+                            {"rank 0, H=2 P=1 N=3", 2, 1, 3, 0, 2},
+                            // the chunked apply's carry in two groups of value columns per head
+                            {"gated delta rule, H=2 P=10 N=8", 2, 10, 8, 1, 0, true}};
   auto normalised = [](Mat<T> m, Index N) {  // each head's key of unit length, as the models'
     for (Index t = 0; t < m.rows(); ++t)
       for (Index j = 0; j < m.cols(); j += N) m.row(t).segment(j, N).normalize();
@@ -1363,10 +1376,29 @@ void transition_cases(iattn::cuda on, Check&& check, const lengths& ls) {
       const Mat<T> x = uniform<T>(L, D, -1, 1);
       MatD expected(L, D);
       for (Index ch = 0; ch < D; ++ch) expected.col(ch) = dense(S, ch, L) * x.col(ch).template cast<double>();
+      // The sequential scan (one chunk), then the chunked apply: chunks of 4 tokens up to 65 tokens
+      // (many chunks, a chunk with the reset, tails), of 64 beyond. Its transition products take
+      // N columns per head, N / 4 blocks of the emulator's 128 threads for the widest: the wide
+      // states take it at one short length.
+      const Index chunk = iattn::cuda_detail::transition_chunk();
+      iattn::cuda_detail::transition_chunk() = std::max(L, chunk);
       compare(check, at("transition", L) + " " + k.name + ": apply vs the transitions' products", iattn::apply(on, S, x),
               expected, tolerance<T>());
+      // Segments of 3 chunks (the scratch budget; the state carried between segments); one run
+      // (segments of 1 chunk) unless thorough.
+      const Index scratch = iattn::cuda_detail::transition_scratch(), per_segment = ls.thorough ? 3 : 1;
+      iattn::cuda_detail::transition_chunk() = L <= 65 ? 4 : chunk;
+      iattn::cuda_detail::transition_scratch() = per_segment * (D * k.N + k.H * k.N * k.N);
+      if (L > 4 && ((!wide && ls.thorough) || L < 16))
+        compare(check, at("transition", L) + " " + k.name + ": chunked apply (chunks of " +
+                           std::to_string(iattn::cuda_detail::transition_chunk()) + ", segments of " +
+                           std::to_string(per_segment) + ") vs the transitions' products",
+                iattn::apply(on, S, x), expected, tolerance<T>());
+      iattn::cuda_detail::transition_chunk() = chunk;
+      iattn::cuda_detail::transition_scratch() = scratch;
     }
     for (Index L : ls.tiles) {
+      if (k.apply_only) break;
       if (wide && L > 33) continue;
       if (k.N > 100 && L != 1 && L != 33) continue;  // the widest: the lengths around one warp's worth
       const auto S = make(k, L);

@@ -55,7 +55,9 @@ namespace iattn::cuda_detail {
   template __global__ void scan_vector_outputs<ss_vector_source<T>, T>(ss_vector_source<T>, const T*, const T*, T*); \
   template __global__ void scan_vector_outputs<lr_vector_source<T>, T>(lr_vector_source<T>, const T*, const T*, T*); \
   template __global__ void vector_sum_states<T>(const T*, simt::index, T*, simt::index);                            \
-  template __global__ void wkv_scan<T>(wkv_args<T>, simt::index, simt::index, const T*, simt::index, T*, T*);     \
+  template __global__ void wkv_scan<T>(wkv_args<T>, simt::index, simt::index, const T*, simt::index, T*, T*,      \
+                                       simt::index, wkv_states<T>, wkv_states<T>);                                   \
+  template __global__ void wkv_carry<T>(wkv_states<T>, simt::index, simt::index);                                  \
   template __global__ void wkv_transposed<T>(wkv_args<T>, simt::index, const T*, const T*, T*);                     \
   template __global__ void wkv_materialize<T>(wkv_args<T>, simt::index, const T*, T*);                              \
   template __global__ void softmax_apply<T>(softmax_args<T>, simt::index, simt::index, const T*, simt::index, T*);  \
@@ -71,6 +73,7 @@ namespace iattn::cuda_detail {
   template __global__ void cs_chunk_carry<T>(T*, T*, const T*, const T*, simt::index, simt::index);               \
   template __global__ void transition_scan<T, 4>(tr_scan_args<T>, T*);                                           \
   template __global__ void transition_scan<T, 8>(tr_scan_args<T>, T*);                                           \
+  template __global__ void transition_carry<T>(T*, const T*, T*, simt::index, simt::index, simt::index, simt::index); \
   template __global__ void copy_strided<T>(const T*, simt::index, T*, simt::index);                                \
   template __global__ void mean_accumulate<T>(T*, const T*, simt::index, T, bool, bool);                           \
   template __global__ void head_mean_term<T>(head_mean_args<T>, T*);                                              \

@@ -65,6 +65,7 @@ FLOORS = {
     "group_norm_stats": (256, 4),      # GroupNorm: statistics per (token, group), in double
     "group_norm_scale": (256, 4),      # its diagonal, applied or written out
     "wkv_scan": (256, 4),              # RWKV's WKV: one channel per thread, log domain
+    "wkv_carry": (256, 4),             # the chunked apply's states in chunk order, one channel per thread
     "wkv_transposed": (256, 4),
     "wkv_materialize": (256, 4),
     "softmax_apply": (256, 4),         # the softmax transformer: online softmax per (token, channel)
@@ -76,6 +77,7 @@ FLOORS = {
     "cs_chunk_carry": (256, 4),
     "copy_strided": (256, 4),          # block: a row or column into the tile
     "transition_scan": (128, 4),       # the delta-rule recurrence: up to 8 states and increments per lane
+    "transition_carry": (128, 2),      # the chunked apply's S_{j+1} = Phi_j S_j + E_j, one head's columns
 }
 REGISTERS_PER_SM = 65536
 SHARED_PER_SM = {"sm_80": 164 * 1024, "sm_90": 228 * 1024}
