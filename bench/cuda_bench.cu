@@ -196,6 +196,40 @@ void BM_cuda_apply_mamba1_bf16_resident(benchmark::State& state) {
   timed(state, on.stream, [&] { benchmark::DoNotOptimize(iattn::apply(on, H, xd).data()); });
   state.SetItemsProcessed(state.iterations() * d.L * D * N);
 }
+/// Gated DeltaNet's shapes (D = 1536 as 12 heads of P = 128 values, N = 128 unit-length keys, a
+/// gate and a beta per head and token): apply on the device, the chunked scan (kernels/
+/// transition.hpp, chunks of 64) against the sequential recurrence (one chunk) in the same run.
+/// items: L D N state updates.
+constexpr Index heads3 = 12, N3 = 128;
+struct data3 {
+  Index L;
+  Mat x, q, k, beta, g;
+  explicit data3(Index L_) : L(L_) {
+    std::mt19937 rng(3);
+    x = random_matrix(rng, L, D), q = random_matrix(rng, L, heads3 * N3), k = random_matrix(rng, L, heads3 * N3);
+    for (Index t = 0; t < L; ++t)
+      for (Index h = 0; h < heads3; ++h) k.row(t).segment(h * N3, N3).normalize();
+    beta = random_matrix(rng, L, heads3, 0.f, 1.f);
+    g = random_matrix(rng, L, heads3, -0.1f, 0.f);
+  }
+  auto gdn() const { return iattn::gated_delta_rule(q, k, beta, g, {.heads = heads3, .head_dim = D / heads3}); }
+};
+void gdn_apply(benchmark::State& state, Index chunk) {
+  static std::vector<std::unique_ptr<data3>> cache;
+  const Index L = state.range(0);
+  if (cache.empty() || cache.back()->L != L) cache.push_back(std::make_unique<data3>(L));
+  const data3& d = *cache.back();
+  const iattn::cuda on{};
+  const auto H = iattn::to_device(d.gdn(), on);
+  const auto xd = iattn::to_device(d.x, on);
+  const Index saved = iattn::cuda_detail::transition_chunk();
+  iattn::cuda_detail::transition_chunk() = chunk;
+  timed(state, on.stream, [&] { benchmark::DoNotOptimize(iattn::apply(on, H, xd).data()); });
+  iattn::cuda_detail::transition_chunk() = saved;
+  state.SetItemsProcessed(state.iterations() * d.L * D * N3);
+}
+void BM_cuda_apply_gdn_resident(benchmark::State& state) { gdn_apply(state, 64); }
+void BM_cuda_apply_gdn_sequential_resident(benchmark::State& state) { gdn_apply(state, state.range(0)); }
 void BM_cuda_copy(benchmark::State& state) {
   const data& d = get(state.range(0));
   const iattn::cuda on{};
@@ -240,6 +274,8 @@ BENCHMARK(BM_cuda_apply_mamba2_resident)->Arg(1024)->Arg(4096)->UseManualTime()-
 BENCHMARK(BM_cuda_mean_mamba2_resident)->Arg(1024)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_cuda_mean_mamba1_resident)->Arg(1024)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_cuda_apply_mamba1_bf16_resident)->Arg(1024)->Arg(4096)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_cuda_apply_gdn_resident)->Arg(1024)->Arg(4096)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_cuda_apply_gdn_sequential_resident)->Arg(1024)->Arg(4096)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_cuda_copy)->Arg(1024)->Arg(4096)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_cuda_fill)->Arg(1024)->Arg(4096)->Arg(8192)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_cuda_upload)->Arg(1024)->Arg(4096)->UseManualTime()->Unit(benchmark::kMillisecond);
