@@ -13,6 +13,7 @@
 #pragma once
 
 #include "../../ops/transition.hpp"
+#include "band.hpp"  // elementwise_launch
 #include "evaluator.hpp"
 #include "kernels/row_normalize.hpp"
 #include "kernels/transition.hpp"
