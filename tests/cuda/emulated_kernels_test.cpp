@@ -20,7 +20,7 @@ IATTN_EMULATED_CASE("SIMT interface", cuda_test::simt_cases)
 IATTN_EMULATED_CASE("Diagonal apply", cuda_test::diagonal_cases)
 IATTN_EMULATED_CASE("CausalConv apply", cuda_test::causal_conv_cases)
 IATTN_EMULATED_CASE("LinearRecurrence apply (chunked scan)", cuda_test::linear_recurrence_cases)
-IATTN_EMULATED_CASE("Semiseparable apply (chunked scan)", cuda_test::semiseparable_apply_cases)
+IATTN_EMULATED_CASE_BOTH("Semiseparable apply (chunked scan)", cuda_test::semiseparable_apply_cases)
 IATTN_EMULATED_CASE("Semiseparable materialize (tiles), row, col", cuda_test::semiseparable_matrix_cases)
 IATTN_EMULATED_CASE("Product apply (Mamba-1 chain)", cuda_test::product_cases)
 IATTN_EMULATED_CASE_AT("Diagonal and CausalConv materialize, row, col (bands)", cuda_test::band_matrix_cases,
