@@ -9,7 +9,7 @@
 // Up to transition_max_state keys per head (N <= 32 lanes x 8). The chunked apply runs the
 // recurrence in each chunk (exact for any coefficients), not the CPU's WY / UT solve
 // (backend/cpu/transition_chunk.hpp): its work is (2 P + N) / P times the sequential scan's, its
-// scratch L / C (D N + H N^2) values.
+// scratch D N + H N^2 values per chunk, in segments of chunks within transition_scratch().
 #pragma once
 
 #include "../../ops/transition.hpp"

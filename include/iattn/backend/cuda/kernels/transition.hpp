@@ -22,8 +22,8 @@
 //      Phi_j = A_{end} ... A_{first}, column m the end state of e_m;
 //   2. transition_carry: per head, S_0 = 0, S_{j+1} = Phi_j S_j + E_j (N x P, one matrix product
 //      per chunk, sequential over the chunks), S_j written over E_j;
-// in segments of chunks whose products fit a scratch budget (the state carried between them).
-//   3. transition_scan of every chunk from S_j, writing the outputs.
+//   3. transition_scan of every chunk from S_j, writing the outputs;
+// in segments of chunks whose E_j and Phi_j fit a scratch budget (the state carried between them).
 // The passes run the recurrence itself (the same products, exact for any coefficients: resets,
 // growth, any rank), with (2P + N) N (R + 2) + N^2 P / C multiply-adds per token and head against
 // P N (R + 2) in sequence; the sequential depth falls from L tokens to C tokens and L / C products.
