@@ -842,3 +842,96 @@ TEST_CASE("transition: the recurrence at RWKV-7's head shape, resets and NaN", "
       }
   }
 }
+
+// ---- a bound norm and a sum's diagonal inside the scan's own pass (row_ops::skip) --------------
+namespace {
+
+/// The RWKV-7 chain diag(g) (N T + diag(u)) and the Gated DeltaNet chain diag(g) N T diag(d) conv,
+/// N a bound centred group norm (one group per head), against O(L^2) forms of the dense products:
+/// N's diagonal from its statistics (weight / sigma), T from dense_heads. apply and apply_into (the
+/// caller's matrices streamed), row and col (slab passes), materialize (tiles) and the unbound
+/// expression (statistics on the way) all agree with them.
+template <class T>
+void check_fused_chains(const params<T>& p) {
+  using namespace iattn;
+  const Index L = p.L, D = p.D(), H = p.H;
+  INFO(kind_name(p.kd) << ", L = " << L << ", H = " << H << ", P = " << p.P << ", N = " << p.N);
+  const auto Tn = p.node();
+  const std::vector<MatD> M = dense_heads(p);
+  const Mat<T> x = normal<T>(L, D), g = normal<T>(L, D), u = normal<T>(L, D), u1 = normal<T>(1, D),
+               d = normal<T>(L, D), w = normal<T>(4, D), nw = uniform<T>(1, D, 0.5, 1.5);
+  const double tol = 10 * tolerance<T>();
+  const auto norm = group_norm(H, nw, {.eps = 1e-5, .centered = true});
+  const auto nb = bind(norm, apply(Tn, x));  // the norm of T x, as RWKV-7 binds it
+  const auto nc = bind(norm, apply(Tn * diagonal(d) * causal_conv(w), x));
+  REQUIRE(nb.scale().rows() == L);
+  REQUIRE(nb.scale().cols() == D);
+  // the norm's diagonal from its statistics, in double
+  auto norm_diag = [&](const GroupNorm<T>& n, Index c) {
+    MatD s = MatD::Zero(L, L);
+    for (Index t = 0; t < L; ++t) s(t, t) = double(nw(0, c)) * double(n.stats().inv_sigma(t, c / p.P));
+    return s;
+  };
+  auto head = [&](Index c) -> const MatD& { return M[std::size_t(c / p.P)]; };
+  auto G = [&](Index c) { return dense_diagonal(dd(g), c, L); };
+  auto conv_right = [&](const MatD& A, Index c) {  // A times the Toeplitz band of w (PyTorch tap order)
+    MatD out = MatD::Zero(L, L);
+    for (Index t = 0; t < L; ++t)
+      for (Index s = 0; s <= t; ++s)
+        for (Index lag = 0; lag < w.rows() && s + lag <= t; ++lag) out(t, s) += A(t, s + lag) * double(w(w.rows() - 1 - lag, c));
+    return out;
+  };
+  const auto e_rwkv = diagonal(g) * (nb * Tn + diagonal(u));
+  const auto e_rwkv1 = diagonal(g) * (nb * Tn + diagonal(u1));  // a (1, D) skip
+  const auto e_nested = (nb * Tn + diagonal(u)) + diagonal(d);  // the inner sum's skip, the outer's slab pass
+  const auto e_gdn = diagonal(g) * nc * Tn * diagonal(d) * causal_conv(w);
+  auto o_rwkv = [&](Index c) { return MatD(G(c) * (norm_diag(nb, c) * head(c) + dense_diagonal(dd(u), c, L))); };
+  auto o_rwkv1 = [&](Index c) {
+    MatD s = norm_diag(nb, c) * head(c);
+    for (Index t = 0; t < L; ++t) s(t, t) += double(u1(0, c));
+    return MatD(G(c) * s);
+  };
+  auto o_nested = [&](Index c) {
+    return MatD(norm_diag(nb, c) * head(c) + dense_diagonal(dd(u), c, L) + dense_diagonal(dd(d), c, L));
+  };
+  auto o_gdn = [&](Index c) {
+    return MatD(G(c) * norm_diag(nc, c) * conv_right(MatD(head(c) * dense_diagonal(dd(d), c, L)), c));
+  };
+  auto check = [&](const char* what, const auto& e, auto&& oracle) {
+    INFO(what);
+    const MatD want = dense_apply(oracle, dd(x));
+    expect_close(tag<T>(what), apply(e, x), want, tol);
+    Mat<T> y = Mat<T>::Constant(L, D, T(7));  // apply_into over stale values
+    apply_into(y, e, x);
+    expect_close(tag<T>(what), y, want, tol);
+    for (Index t : {Index(0), L / 2, L - 1}) {
+      const MatD r = dd(row(e, t)), q = dd(col(e, t));
+      for (Index c : {Index(0), D / 2, D - 1}) {
+        const MatD o = oracle(c);
+        expect_close(tag<T>(what), r.row(c), o.row(t), tol);
+        expect_close(tag<T>(what), q.row(c), o.col(t).transpose().eval(), tol);
+      }
+    }
+    for (Index c : {Index(0), D - 1}) expect_close(tag<T>(what), materialize(e, c), oracle(c), tol);
+  };
+  check("diag * (norm * T + diag)", e_rwkv, o_rwkv);
+  check("diag * (norm * T + diag (1, D))", e_rwkv1, o_rwkv1);
+  check("(norm * T + diag) + diag", e_nested, o_nested);
+  check("diag * norm * T * diag * conv", e_gdn, o_gdn);
+  // unbound: the statistics of T x computed on the way are nb's
+  expect_close(tag<T>("diag * (unbound norm * T + diag)"), apply(diagonal(g) * (norm * Tn + diagonal(u)), x),
+               dense_apply(o_rwkv, dd(x)), tol);
+}
+
+}  // namespace
+
+TEMPLATE_TEST_CASE("transition: a bound norm and a sum's diagonal fused into the scan's pass", "[transition]", float, double) {
+  using T = TestType;
+  for (kind kd : {kind::gated, kind::generic})
+    for (Index L : {Index(1), Index(7), Index(64), Index(257)}) check_fused_chains(make_params<T>(kd, L, {3, 5, 8}, 2));
+  // heads cut by a slab edge (D = 150), whole packs and tails; and the chunked form (its finishing
+  // pass runs after every head of the slab)
+  check_fused_chains(make_params<T>(kind::generic, 70, {3, 50, 4}, 1));
+  force_chunked forced;
+  for (Index L : {Index(65), Index(200)}) check_fused_chains(make_params<T>(kind::gated, L, {2, 17, 16}));
+}

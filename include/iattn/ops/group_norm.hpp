@@ -94,12 +94,33 @@ class GroupNorm : public op_base {
     return s;
   }
 
-  /// A copy whose statistics are fixed.
+  /// A copy whose statistics are fixed, with its diagonal formed once (scale()). s.channels is the
+  /// D the statistics were taken over (the weight's when 0).
   GroupNorm bound_to(statistics s) const {
+    using std::to_string;
+    if (s.channels == 0) s.channels = weight_.cols();
+    const Index L = s.inv_sigma.rows(), D = s.channels;
+    const bool ok = D >= 1 && D % groups_ == 0 && s.inv_sigma.cols() == groups_ &&
+                    (weight_.empty() || weight_.cols() == D) && (s.mean.size() == 0 || (s.mean.rows() == L && s.mean.cols() == groups_));
+    if (!ok)
+      detail::fail("group_norm", "bound_to: statistics over D = " + to_string(D) + " channels with inv_sigma (" +
+                                     to_string(L) + ", " + to_string(s.inv_sigma.cols()) + ") and mean (" +
+                                     to_string(s.mean.rows()) + ", " + to_string(s.mean.cols()) + ") but expected D >= 1 divisible by groups = " +
+                                     to_string(groups_) + (weight_.empty() ? "" : " and equal to the weight's " + to_string(weight_.cols())) +
+                                     ", inv_sigma and mean (L, groups)");
+    auto scale = std::make_shared<Matrix<T>>(L, D);
+    const Index Dg = D / groups_;
+    for (Index t = 0; t < L; ++t)
+      for (Index c = 0; c < D; ++c) (*scale)(t, c) = weight_at(c) * s.inv_sigma(t, c / Dg);
     GroupNorm out = *this;
     out.stats_ = std::make_shared<const statistics>(std::move(s));
+    out.scale_ = std::move(scale);
     return out;
   }
+
+  /// A bound norm's diagonal as an (L, D) matrix: scale()(t, c) = weight[c] / sigma_t[g(c)] (the
+  /// evaluators read it as they read a Diagonal's coefficient).
+  const Matrix<T>& scale() const { return *scale_; }
 
   /// Diagonal entry for token t and channel c of a bound norm over D channels.
   IATTN_HOST_DEVICE T value(Index t, Index c, Index D) const {
@@ -111,6 +132,7 @@ class GroupNorm : public op_base {
   coefficient<T> weight_;
   group_norm_options o_;
   std::shared_ptr<const statistics> stats_;
+  std::shared_ptr<const Matrix<T>> scale_;  // (L, D), with stats_
 };
 
 template <class T>

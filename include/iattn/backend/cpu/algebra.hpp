@@ -12,6 +12,7 @@
 #include "../../ops/row_normalize.hpp"
 #include "../../ops/scaled.hpp"
 #include "../../ops/sum.hpp"
+#include "product.hpp"  // apply_scaled, skip_reaches
 #include "tile.hpp"
 
 #include <algorithm>
@@ -25,11 +26,20 @@ struct slab_eval<Sum<A, B>> {
   static void apply(const Sum<A, B>& n, const context& cx, Index c0, Index nc, const T* x, T* y) {
     apply_scaled(n, cx, c0, nc, x, y, row_ops<T>{});
   }
-  /// y = post (A + B)(pre x) = post A (pre x) + post B (pre x), the scalings folded into each term.
-  /// A sum never streams (streams_rows), so x and y are slabs here: sc.ldx = sc.ldy = 0.
+  /// y = post (A + B)(pre x) = post A (pre x) + post B (pre x), the scalings folded into each term;
+  /// a diagonal B whose A reaches a core that takes it becomes that core's skip (row_ops::skip; the
+  /// one sum that streams, streams_rows). Otherwise x and y are slabs here: sc.ldx = sc.ldy = 0.
   template <class T>
   static void apply_scaled(const Sum<A, B>& n, const context& cx, Index c0, Index nc, const T* x, T* y,
                            const row_ops<T>& sc) {
+    if constexpr (std::is_same_v<B, Diagonal<T>> && skip_reaches<T>(static_cast<const A*>(nullptr))) {
+      if (!sc.skip) {  // the diagonal added to the core's rows inside its own pass (row_ops::skip)
+        row_ops<T> s = sc;
+        s.skip = diag_ref<T>{n.right().d().data(), n.right().d().cols(), n.right().constant()};
+        s.skip_post = s.post.size();
+        return cpu_detail::apply_scaled(n.left(), cx, c0, nc, x, y, s);
+      }
+    }
     cpu_detail::apply_scaled(n.left(), cx, c0, nc, x, y, sc);
     if constexpr (std::is_same_v<B, Diagonal<T>>) {
       row_ops<T> s = sc;

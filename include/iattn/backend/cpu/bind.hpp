@@ -159,26 +159,31 @@ Matrix<T> apply_full(const GroupNorm<T>& n, const context& cx, const Matrix<T>& 
 template <class T, class A, class B>
 Matrix<T> apply_full(const Product<A, B>& n, const context& cx, const Matrix<T>& X) {
   if constexpr (!has_group_norm_v<Product<A, B>>) return apply_slabs(n, cx, X);
+  else if (is_bound(n)) return apply_slabs(n, cx, X);  // statistics fixed: one fused pass
   else return apply_full(n.left(), cx, apply_full(n.right(), cx, X));
 }
 template <class T, class A, class B>
 Matrix<T> apply_full(const Sum<A, B>& n, const context& cx, const Matrix<T>& X) {
   if constexpr (!has_group_norm_v<Sum<A, B>>) return apply_slabs(n, cx, X);
+  else if (is_bound(n)) return apply_slabs(n, cx, X);  // statistics fixed: one fused pass
   else return apply_full(n.left(), cx, X) + apply_full(n.right(), cx, X);
 }
 template <class T, class A>
 Matrix<T> apply_full(const Scaled<A>& n, const context& cx, const Matrix<T>& X) {
   if constexpr (!has_group_norm_v<A>) return apply_slabs(n, cx, X);
+  else if (is_bound(n)) return apply_slabs(n, cx, X);  // statistics fixed: one fused pass
   else return T(n.factor()) * apply_full(n.inner(), cx, X);
 }
 template <class T, class A>
 Matrix<T> apply_full(const Flip<A>& n, const context& cx, const Matrix<T>& X) {
   if constexpr (!has_group_norm_v<A>) return apply_slabs(n, cx, X);
+  else if (is_bound(n)) return apply_slabs(n, cx, X);  // statistics fixed: one fused pass
   else return reverse_rows<T>(apply_full(n.inner(), cx, reverse_rows<T>(X)));
 }
 template <class T, class A>
 Matrix<T> apply_full(const RowNormalize<A>& n, const context& cx, const Matrix<T>& X) {
   if constexpr (!has_group_norm_v<A>) return apply_slabs(n, cx, X);
+  else if (is_bound(n)) return apply_slabs(n, cx, X);  // statistics fixed: one fused pass
   else return apply_slabs(bind_node(n, cx, X), cx, X);
 }
 

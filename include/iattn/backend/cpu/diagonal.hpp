@@ -9,6 +9,7 @@
 #include "tile.hpp"
 
 #include <algorithm>
+#include <string>
 
 namespace iattn::cpu_detail {
 
@@ -66,8 +67,12 @@ struct channel_eval<Identity, T> {
 template <class T>
 struct slab_eval<GroupNorm<T>> {
   static void apply(const GroupNorm<T>& n, const context& cx, Index c0, Index nc, const T* x, T* y) {
-    for (Index t = 0; t < cx.L; ++t)
-      for (Index j = 0; j < nc; ++j) y[t * nc + j] = n.value(t, c0 + j, cx.D) * x[t * nc + j];
+    const Matrix<T>& s = n.scale();  // (L, D), formed by bound_to
+    if (s.rows() != cx.L || s.cols() != cx.D)
+      detail::fail("apply", "a GroupNorm bound to (" + std::to_string(s.rows()) + ", " + std::to_string(s.cols()) +
+                                ") statistics is applied to (L=" + std::to_string(cx.L) + ", D=" + std::to_string(cx.D) +
+                                "); bind it to an input of that shape");
+    scale_rows(cx.L, nc, [&](Index t) { return s.data() + t * cx.D + c0; }, x, y);
   }
   static void apply_t(const GroupNorm<T>& n, const context& cx, Index c0, Index nc, const T* x, T* y) {
     apply(n, cx, c0, nc, x, y);

@@ -161,11 +161,15 @@ bool expand_terms(const Node& n, const context& cx, mean_terms<T>& out) {
     one.post.f.push_back({n.d().row(0), n.d().rows()});
   } else if constexpr (std::is_same_v<Node, GroupNorm<T>>) {
     if (!n.bound()) return false;
-    auto v = std::make_shared<Matrix<T>>(cx.L, cx.D);
-    for (Index t = 0; t < cx.L; ++t)
-      for (Index c = 0; c < cx.D; ++c) (*v)(t, c) = n.value(t, c, cx.D);
-    one.post.f.push_back({v->data(), cx.L});
-    one.post.owned.push_back(std::move(v));
+    if (n.scale().rows() == cx.L && n.scale().cols() == cx.D) {
+      one.post.f.push_back({n.scale().data(), cx.L});  // the node's own (L, D) diagonal (bound_to)
+    } else {
+      auto v = std::make_shared<Matrix<T>>(cx.L, cx.D);
+      for (Index t = 0; t < cx.L; ++t)
+        for (Index c = 0; c < cx.D; ++c) (*v)(t, c) = n.value(t, c, cx.D);
+      one.post.f.push_back({v->data(), cx.L});
+      one.post.owned.push_back(std::move(v));
+    }
   } else if constexpr (std::is_same_v<Node, Identity>) {
   } else if constexpr (std::is_same_v<Node, CausalConv<T>>) {
     one.conv = &n;

@@ -13,6 +13,7 @@
 #pragma once
 
 #include "../../ops/diagonal.hpp"
+#include "../../ops/group_norm.hpp"
 #include "../../ops/linear_recurrence.hpp"
 #include "../../ops/product.hpp"
 #include "../../ops/scaled.hpp"
@@ -22,6 +23,7 @@
 #include "tile.hpp"
 
 #include <algorithm>
+#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -52,8 +54,26 @@ void apply_scaled(const Node& n, const context& cx, Index c0, Index nc, const T*
   }
 }
 
+/// The nodes a chain folds into a scan's row scalings (row_ops::pre, post): a Diagonal, and a bound
+/// GroupNorm, whose diagonal bound_to formed as an (L, D) matrix.
 template <class Node, class T>
-inline constexpr bool is_plain_diagonal_v = std::is_same_v<Node, Diagonal<T>>;
+inline constexpr bool is_plain_diagonal_v = std::is_same_v<Node, Diagonal<T>> || std::is_same_v<Node, GroupNorm<T>>;
+
+/// Such a node's coefficient as the scans read it.
+template <class T>
+diag_ref<T> diag_ref_of(const Diagonal<T>& n, const context&) {
+  return {n.d().data(), n.d().cols(), n.constant()};
+}
+template <class T>
+diag_ref<T> diag_ref_of(const GroupNorm<T>& n, const context& cx) {
+  if (!n.bound()) detail::fail("apply", "a GroupNorm without statistics reached a slab pass; bind(H, X) first");
+  const Matrix<T>& s = n.scale();
+  if (s.rows() != cx.L || s.cols() != cx.D)
+    detail::fail("apply", "a GroupNorm bound to (" + std::to_string(s.rows()) + ", " + std::to_string(s.cols()) +
+                              ") statistics is applied to (L=" + std::to_string(cx.L) + ", D=" + std::to_string(cx.D) +
+                              "); bind it to an input of that shape");
+  return {s.data(), s.cols(), false};
+}
 
 template <class A, class B>
 struct slab_eval<Product<A, B>> {
@@ -70,11 +90,11 @@ struct slab_eval<Product<A, B>> {
                            const row_ops<T>& sc) {
     if constexpr (is_plain_diagonal_v<B, T>) {
       row_ops<T> s = sc;
-      s.pre.push_back({n.right().d().data(), n.right().d().cols(), n.right().constant()});
+      s.pre.push_back(diag_ref_of(n.right(), cx));
       cpu_detail::apply_scaled(n.left(), cx, c0, nc, x, y, s);
     } else if constexpr (is_plain_diagonal_v<A, T>) {
       row_ops<T> s = sc;
-      s.post.push_back({n.left().d().data(), n.left().d().cols(), n.left().constant()});
+      s.post.push_back(diag_ref_of(n.left(), cx));
       cpu_detail::apply_scaled(n.right(), cx, c0, nc, x, y, s);
     } else {
       if constexpr (std::is_same_v<B, CausalConv<T>>) {
@@ -106,16 +126,45 @@ struct slab_eval<Product<A, B>> {
 /// caller's matrices over in place instead of copying slabs (row_ops::ldx, ldy). Mirrors the
 /// branches of slab_eval<Product>::apply_scaled; conv_first is false once a diagonal sits to the
 /// right of the remaining factors.
+/// The scans whose apply_scaled honours row_ops' strides (transition.hpp adds Transition), and those
+/// that also add row_ops::skip (Transition).
+template <class T, class Node>
+inline constexpr bool streaming_core_v = std::is_same_v<Node, Semiseparable<T>> || std::is_same_v<Node, LinearRecurrence<T>>;
+template <class T, class Node>
+inline constexpr bool takes_skip_v = false;
+
+/// True when apply_scaled(n, ...) reaches a core that takes row_ops::skip through left-hand scalings
+/// only (nothing between a sum and its core shapes the core's input, so the skip reads the same row).
+template <class T, class Node>
+constexpr bool skip_reaches(const Node*) {
+  return takes_skip_v<T, Node>;
+}
+template <class T, class A, class B>
+constexpr bool skip_reaches(const Product<A, B>*) {
+  if constexpr (is_plain_diagonal_v<B, T>) return false;
+  else if constexpr (is_plain_diagonal_v<A, T>) return skip_reaches<T>(static_cast<const B*>(nullptr));
+  else return false;
+}
+
 template <class T, class Node>
 constexpr bool streams_rows(const Node*, bool /*conv_first*/) {
-  return std::is_same_v<Node, Semiseparable<T>> || std::is_same_v<Node, LinearRecurrence<T>>;
+  return streaming_core_v<T, Node>;
 }
+template <class T, class A, class B>
+constexpr bool streams_rows(const Sum<A, B>*, bool conv_first);
 template <class T, class A, class B>
 constexpr bool streams_rows(const Product<A, B>*, bool conv_first) {
   if constexpr (is_plain_diagonal_v<B, T>) return streams_rows<T>(static_cast<const A*>(nullptr), false);
   else if constexpr (is_plain_diagonal_v<A, T>) return streams_rows<T>(static_cast<const B*>(nullptr), conv_first);
   else if constexpr (std::is_same_v<B, CausalConv<T>>)
     return conv_first && streams_rows<T>(static_cast<const A*>(nullptr), false);
+  else return false;
+}
+/// A sum core + diag streams when its diagonal becomes the core's skip (algebra.hpp).
+template <class T, class A, class B>
+constexpr bool streams_rows(const Sum<A, B>*, bool conv_first) {
+  if constexpr (std::is_same_v<B, Diagonal<T>> && skip_reaches<T>(static_cast<const A*>(nullptr)))
+    return streams_rows<T>(static_cast<const A*>(nullptr), conv_first);
   else return false;
 }
 template <class T, class Node>

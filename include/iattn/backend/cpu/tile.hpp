@@ -18,6 +18,7 @@
 
 #include <algorithm>
 #include <memory>
+#include <optional>
 #include <vector>
 
 namespace iattn::cpu_detail {
@@ -66,11 +67,17 @@ struct diag_ref {
 /// multiplied by every `post` factor. Rows of x and y lie ldx and ldy entries apart: the slab's nc
 /// when 0, the caller's (L, D) matrices when apply_slabs hands them over in place (streams_rows).
 /// Nodes without a streaming apply get the same result from whole-slab passes (product.hpp).
+/// A sum core + diag(skip) (RWKV's bonus, a skip connection) that only a node with skip support
+/// reaches (algebra.hpp) sets `skip`: then
+///   y_t = post[0..skip_post) * (post[skip_post..) * core_t + skip_t * in_t),
+/// in_t being the shaped input row the core read.
 template <class T>
 struct row_ops {
   std::vector<diag_ref<T>> pre, post;
   const CausalConv<T>* conv = nullptr;
   Index ldx = 0, ldy = 0;
+  std::optional<diag_ref<T>> skip;
+  std::size_t skip_post = 0;
   bool shapes_input() const { return conv != nullptr || !pre.empty(); }
   Index x_stride(Index nc) const { return ldx ? ldx : nc; }
   Index y_stride(Index nc) const { return ldy ? ldy : nc; }
@@ -131,6 +138,13 @@ void prefetch_row(const T* data, Index ld, Index t, Index c0, Index nc) {
   (void)data, (void)ld, (void)t, (void)c0, (void)nc;
 #endif
 }
+/// prefetch_row for token t of every per-token post factor and the skip (finish_row's reads).
+template <class T>
+void prefetch_finish(const row_ops<T>& sc, Index t, Index c0, Index nc) {
+  for (const diag_ref<T>& f : sc.post)
+    if (!f.constant) prefetch_row(f.data, f.cols, t, c0, nc);
+  if (sc.skip && !sc.skip->constant) prefetch_row(sc.skip->data, sc.skip->cols, t, c0, nc);
+}
 /// Tokens ahead of the one being scanned whose coefficient rows are prefetched.
 inline constexpr Index prefetch_ahead = 4;
 /// prefetch_row for token t of every per-token pre and post factor, and of x's row when it is read
@@ -167,6 +181,26 @@ T* output_row(const row_ops<T>* sc, Index t, Index nc, T* y) {
 template <class T>
 void finish_row(const row_ops<T>* sc, Index t, Index c0, Index nc, T* yt) {
   if (sc && !sc->post.empty()) scale_row(sc->post, t, c0, nc, yt, yt);
+}
+/// The same for a node that takes row_ops::skip, in_t being the shaped input row the core read:
+/// yt = post[0..skip_post) * (post[skip_post..) * yt + skip_t * in_t).
+template <class T>
+void finish_row(const row_ops<T>* sc, Index t, Index c0, Index nc, T* yt, const T* in) {
+  if (!sc || !sc->skip) return finish_row(sc, t, c0, nc, yt);
+  auto times = [&](std::size_t k) {
+    const T* f = sc->post[k].row(t) + c0;
+    simd::for_packs<T>(nc, [&](auto w, Index j) {
+      using P = simd::pack<T, decltype(w)::value>;
+      (P::load(yt + j) * P::load(f + j)).store(yt + j);
+    });
+  };
+  for (std::size_t k = sc->skip_post; k < sc->post.size(); ++k) times(k);
+  const T* s = sc->skip->row(t) + c0;
+  simd::for_packs<T>(nc, [&](auto w, Index j) {
+    using P = simd::pack<T, decltype(w)::value>;
+    fma(P::load(s + j), P::load(in + j), P::load(yt + j)).store(yt + j);
+  });
+  for (std::size_t k = 0; k < sc->skip_post; ++k) times(k);
 }
 
 template <class Node>

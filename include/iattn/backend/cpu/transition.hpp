@@ -322,17 +322,21 @@ bool recurrence_only(const Transition<T>& n, Index np) {
 
 /// y = H x on the slab's channels (x, y rows ldx and ldy entries apart): every head it meets by
 /// apply_head, or, when each of them runs the recurrence throughout, all of them in one scan
-/// (scan_forward_heads: their rows of a token share pages).
-template <class T>
-void apply_slab(const Transition<T>& n, Index L, Index c0, Index nc, Index ldx, Index ldy, const T* x, T* y) {
+/// (scan_forward_heads: their rows of a token share pages). done(t_lo, t_hi) is called once on every
+/// token, after all the slab's outputs of those tokens are written: block by block in the scan,
+/// at the end otherwise.
+template <class T, class Done = transition_detail::no_block_hook>
+void apply_slab(const Transition<T>& n, Index L, Index c0, Index nc, Index ldx, Index ldy, const T* x, T* y,
+                Done&& done = {}) {
   std::vector<std::tuple<Index, Index, Index>> heads;  // (h, j, np)
   bool all_scan = true;
   for_heads(n, c0, nc, [&](Index h, Index j, Index np) {
     heads.emplace_back(h, j, np);
     all_scan = all_scan && recurrence_only(n, np);
   });
-  if (!all_scan || heads.size() < 2) {
+  if (!all_scan || heads.empty()) {
     for (const auto& [h, j, np] : heads) apply_head(n, L, h, ldx, ldy, j, np, x, y);
+    if (L > 0) done(Index(0), L);
     return;
   }
   std::vector<head_view<T>> hv;
@@ -340,7 +344,7 @@ void apply_slab(const Transition<T>& n, Index L, Index c0, Index nc, Index ldx, 
   for (const auto& [h, j, np] : heads) hv.emplace_back(n, h), ws.emplace_back(n.state(), n.rank(), np);
   scan_forward_heads(hv.data(), ws.data(), Index(heads.size()), 0, 0, L,
                      [&](Index k, Index t) { return x + t * ldx + std::get<1>(heads[std::size_t(k)]); },
-                     [&](Index k, Index t) { return y + t * ldy + std::get<1>(heads[std::size_t(k)]); });
+                     [&](Index k, Index t) { return y + t * ldy + std::get<1>(heads[std::size_t(k)]); }, done);
 }
 
 /// y = H x for one head's np channels (x, y: the columns j.. of rows ldx and ldy entries apart):
@@ -420,9 +424,15 @@ struct slab_eval<Transition<T>> {
       }
       x = tmp->data(), ldx = nc;
     }
-    transition_detail::apply_slab(n, cx.L, c0, nc, ldx, ldy, x, y);
-    if (!sc.post.empty())
-      for (Index t = 0; t < cx.L; ++t) finish_row(&sc, t, c0, nc, y + t * ldy);
+    if (sc.post.empty() && !sc.skip) return transition_detail::apply_slab(n, cx.L, c0, nc, ldx, ldy, x, y);
+    transition_detail::apply_slab(n, cx.L, c0, nc, ldx, ldy, x, y, [&](Index t_lo, Index t_hi) {
+      for (Index t = t_hi; t < std::min(cx.L, 2 * t_hi - t_lo); ++t) {  // the next block's rows
+        for (const diag_ref<T>& f : sc.post)
+          if (!f.constant) transition_detail::prefetch_scan(f.row(t) + c0, nc);
+        if (sc.skip && !sc.skip->constant) transition_detail::prefetch_scan(sc.skip->row(t) + c0, nc);
+      }
+      for (Index t = t_lo; t < t_hi; ++t) finish_row(&sc, t, c0, nc, y + t * ldy, x + t * ldx);
+    });
   }
   /// y = H^T x: the anti-causal transposed scan of every head the slab meets.
   static void apply_t(const Transition<T>& n, const context& cx, Index c0, Index nc, const T* x, T* y) {
@@ -436,10 +446,13 @@ struct slab_eval<Transition<T>> {
 };
 
 /// A Transition reads each row of x and writes each row of y only inside its token loops (every
-/// head's scan or chunks, rows ldx and ldy apart), so apply_slabs hands it the caller's (L, D)
-/// matrices instead of copying slabs in and out (product.hpp's streams_rows for the scans).
+/// head's scan or chunks, rows ldx and ldy apart) and its finishing pass, so apply_slabs hands it
+/// (and a chain around it) the caller's (L, D) matrices instead of copying slabs in and out
+/// (product.hpp's streams_rows); its finishing pass adds a sum's diagonal (row_ops::skip).
 template <class T>
-inline constexpr bool streams_rows_v<T, Transition<T>> = true;
+inline constexpr bool streaming_core_v<T, Transition<T>> = true;
+template <class T>
+inline constexpr bool takes_skip_v<T, Transition<T>> = true;
 
 template <class T>
 struct channel_eval<Transition<T>, T> {

@@ -228,18 +228,25 @@ void with_rank(Index R, F&& f) {
   else f(std::integral_constant<int, -1>{});
 }
 
+/// Does nothing with a block of finished tokens (scan_forward_heads' default).
+struct no_block_hook {
+  void operator()(Index, Index) const {}
+};
+
 /// scan_forward of nh heads of the same rank at once (hv[k], ws[k], rows xrow(k, t), yrow(k, t)),
 /// block by block of tokens, every head in turn on each block: the heads' rows of one token share
-/// their pages, so the page walks of a block's rows are paid once for all of them.
-template <class T, class XRow, class YRow>
+/// their pages, so the page walks of a block's rows are paid once for all of them. Once every head
+/// has written a block's outputs, done(t_lo, t_hi) is called on its tokens (the caller's finishing
+/// pass, on rows still in cache).
+template <class T, class XRow, class YRow, class Done = no_block_hook>
 void scan_forward_heads(const head_view<T>* hv, workspace<T>* ws, Index nh, Index t0, Index t_begin, Index t_end,
-                        XRow&& xrow, YRow&& yrow) {
+                        XRow&& xrow, YRow&& yrow, Done&& done = {}) {
   if (nh < 1 || t_end <= t_begin) return;
   const Index R = hv[0].R, L = hv[0].n->length(), count = t_end - t_begin;
   Index B = ws[0].B;  // the fewest tokens any head's block holds (heads cut by a slab have fewer channels)
   for (Index k = 1; k < nh; ++k) B = std::min(B, ws[k].B);
   with_rank(R, [&](auto rc) {
-    for (Index i0 = 0; i0 < count; i0 += B)
+    for (Index i0 = 0; i0 < count; i0 += B) {
       for (Index k = 0; k < nh; ++k) {
         const head_view<T>& h = hv[k];
         const Index n = ws[k].n;
@@ -255,6 +262,8 @@ void scan_forward_heads(const head_view<T>* hv, workspace<T>* ws, Index nh, Inde
             },
             [&](Index t) { return yrow(k, t); });
       }
+      done(t_begin + i0, t_begin + std::min(count, i0 + B));
+    }
   });
 }
 
