@@ -120,12 +120,6 @@ struct slab_eval<Product<A, B>> {
   }
 };
 
-/// True when apply_scaled(n, ...) with fresh row_ops reaches one streaming core (a scan) through
-/// diagonals and at most one convolution, the convolution being the first factor applied to x: then
-/// every row of x and y is touched only inside the core's token loop, and apply_slabs hands the
-/// caller's matrices over in place instead of copying slabs (row_ops::ldx, ldy). Mirrors the
-/// branches of slab_eval<Product>::apply_scaled; conv_first is false once a diagonal sits to the
-/// right of the remaining factors.
 /// The scans whose apply_scaled honours row_ops' strides (transition.hpp adds Transition), and those
 /// that also add row_ops::skip (Transition).
 template <class T, class Node>
@@ -146,6 +140,12 @@ constexpr bool skip_reaches(const Product<A, B>*) {
   else return false;
 }
 
+/// True when apply_scaled(n, ...) with fresh row_ops reaches one streaming core (a scan) through
+/// diagonals and at most one convolution, the convolution being the first factor applied to x: then
+/// every row of x and y is touched only inside the core's token loop, and apply_slabs hands the
+/// caller's matrices over in place instead of copying slabs (row_ops::ldx, ldy). Mirrors the
+/// branches of slab_eval<Product>::apply_scaled; conv_first is false once a diagonal sits to the
+/// right of the remaining factors.
 template <class T, class Node>
 constexpr bool streams_rows(const Node*, bool /*conv_first*/) {
   return streaming_core_v<T, Node>;

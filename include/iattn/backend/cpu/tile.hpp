@@ -138,13 +138,6 @@ void prefetch_row(const T* data, Index ld, Index t, Index c0, Index nc) {
   (void)data, (void)ld, (void)t, (void)c0, (void)nc;
 #endif
 }
-/// prefetch_row for token t of every per-token post factor and the skip (finish_row's reads).
-template <class T>
-void prefetch_finish(const row_ops<T>& sc, Index t, Index c0, Index nc) {
-  for (const diag_ref<T>& f : sc.post)
-    if (!f.constant) prefetch_row(f.data, f.cols, t, c0, nc);
-  if (sc.skip && !sc.skip->constant) prefetch_row(sc.skip->data, sc.skip->cols, t, c0, nc);
-}
 /// Tokens ahead of the one being scanned whose coefficient rows are prefetched.
 inline constexpr Index prefetch_ahead = 4;
 /// prefetch_row for token t of every per-token pre and post factor, and of x's row when it is read
