@@ -383,6 +383,9 @@ V shuffle(V v, int src) {
   std::memcpy(st.exchange(ctx.rank), &v, sizeof(V));
   st.sync_warp(ctx.rank);
   V r = v;
+  // A failed launch releases the warp's meeting early: the other lanes may not have deposited
+  // (reading their slots would race with the deposits); the launch throws anyway.
+  if (st.failed()) return r;
   const unsigned warp = ctx.rank / warp_size;
   if (src >= 0) {
     if (static_cast<unsigned>(src) >= st.lanes_of(warp))
