@@ -64,14 +64,22 @@ struct channel_eval<Identity, T> {
 };
 
 /// A bound GroupNorm: diag(weight[c] / sigma_t[g(c)]).
+/// A bound GroupNorm's (L, D) diagonal (formed by bound_to), checked against the evaluation's shape.
+template <class T>
+const Matrix<T>& bound_scale(const GroupNorm<T>& n, const context& cx) {
+  if (!n.bound()) detail::fail("apply", "a GroupNorm without statistics reached a slab pass; bind(H, X) first");
+  const Matrix<T>& s = n.scale();
+  if (s.rows() != cx.L || s.cols() != cx.D)
+    detail::fail("apply", "a GroupNorm bound to (" + std::to_string(s.rows()) + ", " + std::to_string(s.cols()) +
+                              ") statistics is applied to (L=" + std::to_string(cx.L) + ", D=" + std::to_string(cx.D) +
+                              "); bind it to an input of that shape");
+  return s;
+}
+
 template <class T>
 struct slab_eval<GroupNorm<T>> {
   static void apply(const GroupNorm<T>& n, const context& cx, Index c0, Index nc, const T* x, T* y) {
-    const Matrix<T>& s = n.scale();  // (L, D), formed by bound_to
-    if (s.rows() != cx.L || s.cols() != cx.D)
-      detail::fail("apply", "a GroupNorm bound to (" + std::to_string(s.rows()) + ", " + std::to_string(s.cols()) +
-                                ") statistics is applied to (L=" + std::to_string(cx.L) + ", D=" + std::to_string(cx.D) +
-                                "); bind it to an input of that shape");
+    const Matrix<T>& s = bound_scale(n, cx);
     scale_rows(cx.L, nc, [&](Index t) { return s.data() + t * cx.D + c0; }, x, y);
   }
   static void apply_t(const GroupNorm<T>& n, const context& cx, Index c0, Index nc, const T* x, T* y) {

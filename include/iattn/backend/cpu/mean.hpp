@@ -59,8 +59,8 @@
 namespace iattn::cpu_detail {
 
 /// The entrywise product of diagonals, each (L, D) or (1, D) row-major, kept as references to the
-/// operands' coefficients (no (L, D) products or copies are formed); none means ones. A bound
-/// GroupNorm's values are computed once and owned here.
+/// operands' coefficients (no (L, D) products or copies are formed; a bound GroupNorm's is its
+/// scale()); none means ones.
 template <class T>
 struct diag_factors {
   struct factor {
@@ -68,11 +68,9 @@ struct diag_factors {
     Index rows;
   };
   std::vector<factor> f;
-  std::vector<std::shared_ptr<const Matrix<T>>> owned;
   bool empty() const { return f.empty(); }
   void append(const diag_factors& o) {
     f.insert(f.end(), o.f.begin(), o.f.end());
-    owned.insert(owned.end(), o.owned.begin(), o.owned.end());
   }
   /// Entries [c0, c0 + n) of row t (D columns): a pointer to the operand's row when there is one
   /// factor, the product written into scratch otherwise; nullptr when there is none.
@@ -161,15 +159,7 @@ bool expand_terms(const Node& n, const context& cx, mean_terms<T>& out) {
     one.post.f.push_back({n.d().row(0), n.d().rows()});
   } else if constexpr (std::is_same_v<Node, GroupNorm<T>>) {
     if (!n.bound()) return false;
-    if (n.scale().rows() == cx.L && n.scale().cols() == cx.D) {
-      one.post.f.push_back({n.scale().data(), cx.L});  // the node's own (L, D) diagonal (bound_to)
-    } else {
-      auto v = std::make_shared<Matrix<T>>(cx.L, cx.D);
-      for (Index t = 0; t < cx.L; ++t)
-        for (Index c = 0; c < cx.D; ++c) (*v)(t, c) = n.value(t, c, cx.D);
-      one.post.f.push_back({v->data(), cx.L});
-      one.post.owned.push_back(std::move(v));
-    }
+    one.post.f.push_back({bound_scale(n, cx).data(), cx.L});  // the node's own (L, D) diagonal
   } else if constexpr (std::is_same_v<Node, Identity>) {
   } else if constexpr (std::is_same_v<Node, CausalConv<T>>) {
     one.conv = &n;

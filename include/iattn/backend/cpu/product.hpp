@@ -19,11 +19,11 @@
 #include "../../ops/scaled.hpp"
 #include "../../ops/semiseparable.hpp"
 #include "../../ops/sum.hpp"
+#include "diagonal.hpp"  // bound_scale
 #include "gemm.hpp"
 #include "tile.hpp"
 
 #include <algorithm>
-#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -66,13 +66,7 @@ diag_ref<T> diag_ref_of(const Diagonal<T>& n, const context&) {
 }
 template <class T>
 diag_ref<T> diag_ref_of(const GroupNorm<T>& n, const context& cx) {
-  if (!n.bound()) detail::fail("apply", "a GroupNorm without statistics reached a slab pass; bind(H, X) first");
-  const Matrix<T>& s = n.scale();
-  if (s.rows() != cx.L || s.cols() != cx.D)
-    detail::fail("apply", "a GroupNorm bound to (" + std::to_string(s.rows()) + ", " + std::to_string(s.cols()) +
-                              ") statistics is applied to (L=" + std::to_string(cx.L) + ", D=" + std::to_string(cx.D) +
-                              "); bind it to an input of that shape");
-  return {s.data(), s.cols(), false};
+  return {bound_scale(n, cx).data(), cx.D, false};
 }
 
 template <class A, class B>
