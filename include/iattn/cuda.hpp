@@ -336,10 +336,10 @@ bool structured_means(const H& h, const cuda& on, Index c0, Index n, Index group
     diag_list<T> l;
     for (const auto& f : d.f) {
       const Index size = f.rows * D;
-      // A bound GroupNorm's values live in this call only: a fresh copy, never one kept by address.
-      const bool temporary = std::any_of(d.owned.begin(), d.owned.end(), [&](const auto& m) { return m->data() == f.data; });
-      kept.push_back(temporary || !upload_scope::current() ? device_buffer<T>(f.data, size, on.stream)
-                                                           : upload_scope::current()->borrow_or_upload<T>(f.data, size));
+      // Every factor is an operand's own immutable storage (a bound GroupNorm's is its scale(), shared
+      // by the node's copies and replaced, never rewritten, by bound_to): kept by address like the rest.
+      kept.push_back(!upload_scope::current() ? device_buffer<T>(f.data, size, on.stream)
+                                              : upload_scope::current()->borrow_or_upload<T>(f.data, size));
       l.f[l.n] = kept.back().data();
       l.rows[l.n++] = f.rows;
     }
