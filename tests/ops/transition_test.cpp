@@ -7,6 +7,7 @@
 
 #include <cstdlib>
 #include <iostream>
+#include <limits>
 #include <map>
 #include <string>
 
@@ -885,6 +886,7 @@ void check_fused_chains(const params<T>& p) {
   const auto e_rwkv1 = diagonal(g) * (nb * Tn + diagonal(u1));  // a (1, D) skip
   const auto e_nested = (nb * Tn + diagonal(u)) + diagonal(d);  // the inner sum's skip, the outer's slab pass
   const auto e_gdn = diagonal(g) * nc * Tn * diagonal(d) * causal_conv(w);
+  const auto e_gdn_model = diagonal(g) * nc * (Tn * diagonal(d) * causal_conv(w));  // as delta_rule.hpp groups it
   auto o_rwkv = [&](Index c) { return MatD(G(c) * (norm_diag(nb, c) * head(c) + dense_diagonal(dd(u), c, L))); };
   auto o_rwkv1 = [&](Index c) {
     MatD s = norm_diag(nb, c) * head(c);
@@ -918,6 +920,7 @@ void check_fused_chains(const params<T>& p) {
   check("diag * (norm * T + diag (1, D))", e_rwkv1, o_rwkv1);
   check("(norm * T + diag) + diag", e_nested, o_nested);
   check("diag * norm * T * diag * conv", e_gdn, o_gdn);
+  check("(diag * norm) * (T * diag * conv)", e_gdn_model, o_gdn);
   // unbound: the statistics of T x computed on the way are nb's
   expect_close(tag<T>("diag * (unbound norm * T + diag)"), apply(diagonal(g) * (norm * Tn + diagonal(u)), x),
                dense_apply(o_rwkv, dd(x)), tol);
@@ -934,4 +937,16 @@ TEMPLATE_TEST_CASE("transition: a bound norm and a sum's diagonal fused into the
   check_fused_chains(make_params<T>(kind::generic, 70, {3, 50, 4}, 1));
   force_chunked forced;
   for (Index L : {Index(65), Index(200)}) check_fused_chains(make_params<T>(kind::gated, L, {2, 17, 16}));
+  // a reset in the middle: that chunk runs the recurrence inside the chunk-by-chunk pass that shapes
+  // each chunk's input and finishes its outputs
+  auto reset = make_params<T>(kind::generic, 200, {2, 17, 16}, 1);
+  reset.lam.row(70).setConstant(-std::numeric_limits<T>::infinity());
+  {
+    const auto rn = reset.node();
+    const td::head_view<T> hv(rn, 0);
+    td::chunk_factors<T> f;
+    REQUIRE(f.compute(hv, 0, td::apply_chunk_len));                        // chunked
+    REQUIRE_FALSE(f.compute(hv, 2 * td::apply_chunk_len, td::apply_chunk_len));  // the reset's chunk: recurrence
+  }
+  check_fused_chains(reset);
 }

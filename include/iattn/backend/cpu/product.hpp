@@ -69,6 +69,26 @@ diag_ref<T> diag_ref_of(const GroupNorm<T>& n, const context& cx) {
   return {bound_scale(n, cx).data(), cx.D, false};
 }
 
+/// A product of such nodes only (diag(g) * norm, RWKV-7's and the delta rules' gate and norm): its
+/// factors commute, so a chain folds all of them into the same row scalings as one.
+template <class Node, class T>
+struct diag_chain : std::bool_constant<is_plain_diagonal_v<Node, T>> {};
+template <class A, class B, class T>
+struct diag_chain<Product<A, B>, T> : std::bool_constant<diag_chain<A, T>::value && diag_chain<B, T>::value> {};
+template <class Node, class T>
+inline constexpr bool is_diag_chain_v = diag_chain<Node, T>::value;
+
+/// Appends the coefficients of a diagonal chain's factors to fs.
+template <class T, class Node>
+void push_diags(const Node& n, const context& cx, std::vector<diag_ref<T>>& fs) {
+  if constexpr (is_plain_diagonal_v<Node, T>) {
+    fs.push_back(diag_ref_of(n, cx));
+  } else {
+    push_diags<T>(n.left(), cx, fs);
+    push_diags<T>(n.right(), cx, fs);
+  }
+}
+
 template <class A, class B>
 struct slab_eval<Product<A, B>> {
   template <class T>
@@ -82,13 +102,13 @@ struct slab_eval<Product<A, B>> {
   template <class T>
   static void apply_scaled(const Product<A, B>& n, const context& cx, Index c0, Index nc, const T* x, T* y,
                            const row_ops<T>& sc) {
-    if constexpr (is_plain_diagonal_v<B, T>) {
+    if constexpr (is_diag_chain_v<B, T>) {
       row_ops<T> s = sc;
-      s.pre.push_back(diag_ref_of(n.right(), cx));
+      push_diags<T>(n.right(), cx, s.pre);
       cpu_detail::apply_scaled(n.left(), cx, c0, nc, x, y, s);
-    } else if constexpr (is_plain_diagonal_v<A, T>) {
+    } else if constexpr (is_diag_chain_v<A, T>) {
       row_ops<T> s = sc;
-      s.post.push_back(diag_ref_of(n.left(), cx));
+      push_diags<T>(n.left(), cx, s.post);
       cpu_detail::apply_scaled(n.right(), cx, c0, nc, x, y, s);
     } else {
       if constexpr (std::is_same_v<B, CausalConv<T>>) {
@@ -129,8 +149,8 @@ constexpr bool skip_reaches(const Node*) {
 }
 template <class T, class A, class B>
 constexpr bool skip_reaches(const Product<A, B>*) {
-  if constexpr (is_plain_diagonal_v<B, T>) return false;
-  else if constexpr (is_plain_diagonal_v<A, T>) return skip_reaches<T>(static_cast<const B*>(nullptr));
+  if constexpr (is_diag_chain_v<B, T>) return false;
+  else if constexpr (is_diag_chain_v<A, T>) return skip_reaches<T>(static_cast<const B*>(nullptr));
   else return false;
 }
 
@@ -148,8 +168,8 @@ template <class T, class A, class B>
 constexpr bool streams_rows(const Sum<A, B>*, bool conv_first);
 template <class T, class A, class B>
 constexpr bool streams_rows(const Product<A, B>*, bool conv_first) {
-  if constexpr (is_plain_diagonal_v<B, T>) return streams_rows<T>(static_cast<const A*>(nullptr), false);
-  else if constexpr (is_plain_diagonal_v<A, T>) return streams_rows<T>(static_cast<const B*>(nullptr), conv_first);
+  if constexpr (is_diag_chain_v<B, T>) return streams_rows<T>(static_cast<const A*>(nullptr), false);
+  else if constexpr (is_diag_chain_v<A, T>) return streams_rows<T>(static_cast<const B*>(nullptr), conv_first);
   else if constexpr (std::is_same_v<B, CausalConv<T>>)
     return conv_first && streams_rows<T>(static_cast<const A*>(nullptr), false);
   else return false;

@@ -91,10 +91,18 @@ void scale_row(const std::vector<diag_ref<T>>& fs, Index t, Index c0, Index nc, 
     return;
   }
   const T* f0 = fs[0].row(t) + c0;
-  for (Index j = 0; j < nc; ++j) dst[j] = src[j] * f0[j];
-  for (std::size_t k = 1; k < fs.size(); ++k) {
+  const T* f1 = fs.size() > 1 ? fs[1].row(t) + c0 : nullptr;
+  simd::for_packs<T>(nc, [&](auto w, Index j) {  // the first two factors in one pass (a gate and a norm)
+    using P = simd::pack<T, decltype(w)::value>;
+    const P v = P::load(src + j) * P::load(f0 + j);
+    (f1 ? v * P::load(f1 + j) : v).store(dst + j);
+  });
+  for (std::size_t k = 2; k < fs.size(); ++k) {
     const T* f = fs[k].row(t) + c0;
-    for (Index j = 0; j < nc; ++j) dst[j] *= f[j];
+    simd::for_packs<T>(nc, [&](auto w, Index j) {
+      using P = simd::pack<T, decltype(w)::value>;
+      (P::load(dst + j) * P::load(f + j)).store(dst + j);
+    });
   }
 }
 

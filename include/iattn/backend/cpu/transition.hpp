@@ -308,8 +308,21 @@ std::shared_ptr<head_matrix<T>> shared_head_matrix(const Transition<T>& n, Index
   return m;
 }
 
-template <class T>
-void apply_head(const Transition<T>& n, Index L, Index h, Index ldx, Index ldy, Index j, Index np, const T* x, T* y);
+/// apply_head's defaults: the input read in place, the outputs left as they are.
+struct read_in_place {
+  template <class T>
+  bool operator()(Index, Index, T*) const {
+    return false;
+  }
+};
+struct no_finish {
+  template <class T>
+  void operator()(Index, Index, const T*, Index) const {}
+};
+
+template <class T, class Shape = read_in_place, class Finish = no_finish>
+void apply_head(const Transition<T>& n, Index L, Index h, Index ldx, Index ldy, Index j, Index np, const T* x, T* y,
+                Shape&& shape = {}, Finish&& finish = {});
 
 /// Whether apply runs a head of np channels by the recurrence throughout, decided before any
 /// chunk's factors: forced, or (at R > 0) when not even collapsed writes, the cheaper case, would
@@ -325,16 +338,20 @@ bool recurrence_only(const Transition<T>& n, Index np) {
 /// (scan_forward_heads: their rows of a token share pages). done(t_lo, t_hi) is called once on every
 /// token, after all the slab's outputs of those tokens are written: block by block in the scan,
 /// at the end otherwise.
+/// Whether every head the slab's channels [c0, c0 + nc) meet runs the recurrence throughout.
+template <class T>
+bool scans_only(const Transition<T>& n, Index c0, Index nc) {
+  bool all = true;
+  for_heads(n, c0, nc, [&](Index, Index, Index np) { all = all && recurrence_only(n, np); });
+  return all;
+}
+
 template <class T, class Done = transition_detail::no_block_hook>
 void apply_slab(const Transition<T>& n, Index L, Index c0, Index nc, Index ldx, Index ldy, const T* x, T* y,
                 Done&& done = {}) {
   std::vector<std::tuple<Index, Index, Index>> heads;  // (h, j, np)
-  bool all_scan = true;
-  for_heads(n, c0, nc, [&](Index h, Index j, Index np) {
-    heads.emplace_back(h, j, np);
-    all_scan = all_scan && recurrence_only(n, np);
-  });
-  if (!all_scan || heads.empty()) {
+  for_heads(n, c0, nc, [&](Index h, Index j, Index np) { heads.emplace_back(h, j, np); });
+  if (!scans_only(n, c0, nc) || heads.empty()) {
     for (const auto& [h, j, np] : heads) apply_head(n, L, h, ldx, ldy, j, np, x, y);
     if (L > 0) done(Index(0), L);
     return;
@@ -349,15 +366,31 @@ void apply_slab(const Transition<T>& n, Index L, Index c0, Index nc, Index ldx, 
 
 /// y = H x for one head's np channels (x, y: the columns j.. of rows ldx and ldy entries apart):
 /// chunk by chunk, chunked or by the recurrence, on one state; once the recurrence is chosen for
-/// the head, the rest of its tokens in one scan.
-template <class T>
-void apply_head(const Transition<T>& n, Index L, Index h, Index ldx, Index ldy, Index j, Index np, const T* x, T* y) {
+/// the head, the rest of its tokens in one scan. With hooks, chunk by chunk throughout: before the
+/// chunk of tokens [t0, t1), shape(t0, t1, buf) may write the head's input rows into buf (np apart;
+/// true: they are read from there, false: from x); once its outputs are written,
+/// finish(t0, t1, in, ld) with in the input rows the chunk read (ld apart), while they and the
+/// outputs are in cache.
+template <class T, class Shape, class Finish>
+void apply_head(const Transition<T>& n, Index L, Index h, Index ldx, Index ldy, Index j, Index np, const T* x, T* y,
+                Shape&& shape, Finish&& finish) {
+  constexpr bool hooked = !(std::is_same_v<std::decay_t<Shape>, read_in_place> && std::is_same_v<std::decay_t<Finish>, no_finish>);
   const head_view<T> hv(n, h);
   const Index N = hv.N, R = hv.R;
-  auto xrow = [&](Index t) { return x + t * ldx + j; };
+  const T* xb = x + j;  // the input row of token xt is xb, rows xld apart
+  Index xld = ldx, xt = 0;
+  std::optional<scratch<T>> shaped;
+  auto xrow = [&](Index t) { return xb + (t - xt) * xld; };
   auto yrow = [&](Index t) { return y + t * ldy + j; };
+  auto take_input = [&](Index t0, Index t1) {  // the hooked form's input rows of one chunk
+    if constexpr (hooked) {
+      if (!shaped) shaped.emplace(apply_chunk_len * np);
+      if (shape(t0, t1, shaped->data())) xb = shaped->data(), xld = np, xt = t0;
+      else xb = x + j, xld = ldx, xt = 0;
+    }
+  };
   int chunked = recurrence_only(n, np) ? -1 : chunk_tuning::force;  // 0: decided at the first chunk the form takes
-  if (chunked < 0) {  // the recurrence throughout
+  if (chunked < 0 && !hooked) {  // the recurrence throughout
     workspace<T> ws(N, R, np);
     scan_forward(hv, 0, 0, L, ws, xrow, yrow);
     return;
@@ -370,6 +403,7 @@ void apply_head(const Transition<T>& n, Index L, Index h, Index ldx, Index ldy, 
   chunk_factors<T> f;
   for (Index t0 = 0; t0 < L; t0 += apply_chunk_len) {
     const Index C = std::min(apply_chunk_len, L - t0);
+    take_input(t0, t0 + C);
     const bool ok = chunked >= 0 && f.compute(hv, t0, C);
     if (ok && chunked == 0) chunked = chunk_pays(N, np, R, n.per_key(), f.vc == 0 && f.nu > 0) ? 1 : -1;
     if (ok && chunked > 0) {
@@ -378,8 +412,9 @@ void apply_head(const Transition<T>& n, Index L, Index h, Index ldx, Index ldy, 
         if (R > 0) prefetch_l1(hv.a(t), R * N), prefetch_l1(hv.b(t), R * N);
       }
       if (in_ws) std::copy(ws->Y.begin(), ws->Y.end(), z.data());
-      if (chunk_apply(f, z.data(), np, xrow(t0), ldx, pk.data(), yrow(t0), ldy)) {
+      if (chunk_apply(f, z.data(), np, xrow(t0), xld, pk.data(), yrow(t0), ldy)) {
         in_ws = false;
+        if constexpr (hooked) finish(t0, t0 + C, xrow(t0), xld);
         continue;
       }
     }
@@ -392,10 +427,11 @@ void apply_head(const Transition<T>& n, Index L, Index h, Index ldx, Index ldy, 
       }
       in_ws = true;
     }
-    // the recurrence chosen for the head: the rest of its tokens in one scan
-    const Index t1 = chunked < 0 ? L : t0 + C;
+    // the recurrence chosen for the head: the rest of its tokens in one scan (hooked: this chunk's)
+    const Index t1 = chunked < 0 && !hooked ? L : t0 + C;
     scan_forward(hv, 0, t0, t1, *ws, xrow, yrow);
-    if (chunked < 0) return;
+    if constexpr (hooked) finish(t0, t1, xrow(t0), xld);
+    if (chunked < 0 && !hooked) return;
   }
 }
 
@@ -414,6 +450,33 @@ struct slab_eval<Transition<T>> {
                            const row_ops<T>& sc) {
     const Index ldy = sc.y_stride(nc);
     Index ldx = sc.x_stride(nc);
+    if ((sc.shapes_input() || !sc.post.empty() || sc.skip) && !transition_detail::scans_only(n, c0, nc)) {
+      // head by head, each chunk's input shaped and its outputs finished while they are in cache
+      transition_detail::for_heads(n, c0, nc, [&](Index h, Index j, Index np) {
+        transition_detail::apply_head(
+            n, cx.L, h, ldx, ldy, j, np, x, y,
+            [&](Index t0, Index t1, T* buf) {
+              for (Index t = t1; t < std::min(cx.L, 2 * t1 - t0); ++t) {  // the next chunk's rows, meanwhile
+                for (const auto* fs : {&sc.pre, &sc.post})
+                  for (const diag_ref<T>& f : *fs)
+                    if (!f.constant) transition_detail::prefetch_scan(f.row(t) + c0 + j, np);
+                if (sc.skip && !sc.skip->constant) transition_detail::prefetch_scan(sc.skip->row(t) + c0 + j, np);
+                transition_detail::prefetch_scan(x + t * ldx + j, np);
+              }
+              if (!sc.shapes_input()) return false;
+              for (Index t = t0; t < t1; ++t) {
+                T* row = buf + (t - t0) * np;
+                if (sc.conv) conv_scale_row(*sc.conv, sc.pre, t, c0 + j, np, x + j, ldx, row);
+                else scale_row(sc.pre, t, c0 + j, np, x + t * ldx + j, row);
+              }
+              return true;
+            },
+            [&](Index t0, Index t1, const T* in, Index ld) {
+              for (Index t = t0; t < t1; ++t) finish_row(&sc, t, c0 + j, np, y + t * ldy + j, in + (t - t0) * ld);
+            });
+      });
+      return;
+    }
     std::optional<scratch<T>> tmp;
     if (sc.shapes_input()) {
       tmp.emplace(cx.L * nc);
