@@ -932,8 +932,8 @@ TEMPLATE_TEST_CASE("transition: a bound norm and a sum's diagonal fused into the
   using T = TestType;
   for (kind kd : {kind::gated, kind::generic})
     for (Index L : {Index(1), Index(7), Index(64), Index(257)}) check_fused_chains(make_params<T>(kd, L, {3, 5, 8}, 2));
-  // heads cut by a slab edge (D = 150), whole packs and tails; and the chunked form (its finishing
-  // pass runs after every head of the slab)
+  // heads cut by a slab edge (D = 150), whole packs and tails; and the chunked form (each chunk's
+  // input shaped and its outputs finished head by head)
   check_fused_chains(make_params<T>(kind::generic, 70, {3, 50, 4}, 1));
   force_chunked forced;
   for (Index L : {Index(65), Index(200)}) check_fused_chains(make_params<T>(kind::gated, L, {2, 17, 16}));

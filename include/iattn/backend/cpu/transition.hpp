@@ -333,11 +333,6 @@ bool recurrence_only(const Transition<T>& n, Index np) {
          (chunk_tuning::force == 0 && n.rank() > 0 && !chunk_pays(n.state(), np, n.rank(), n.per_key(), true));
 }
 
-/// y = H x on the slab's channels (x, y rows ldx and ldy entries apart): every head it meets by
-/// apply_head, or, when each of them runs the recurrence throughout, all of them in one scan
-/// (scan_forward_heads: their rows of a token share pages). done(t_lo, t_hi) is called once on every
-/// token, after all the slab's outputs of those tokens are written: block by block in the scan,
-/// at the end otherwise.
 /// Whether every head the slab's channels [c0, c0 + nc) meet runs the recurrence throughout.
 template <class T>
 bool scans_only(const Transition<T>& n, Index c0, Index nc) {
@@ -346,6 +341,11 @@ bool scans_only(const Transition<T>& n, Index c0, Index nc) {
   return all;
 }
 
+/// y = H x on the slab's channels (x, y rows ldx and ldy entries apart): every head it meets by
+/// apply_head, or, when each of them runs the recurrence throughout, all of them in one scan
+/// (scan_forward_heads: their rows of a token share pages). done(t_lo, t_hi) is called once on every
+/// token, after all the slab's outputs of those tokens are written: block by block in the scan,
+/// at the end otherwise.
 template <class T, class Done = transition_detail::no_block_hook>
 void apply_slab(const Transition<T>& n, Index L, Index c0, Index nc, Index ldx, Index ldy, const T* x, T* y,
                 Done&& done = {}) {
