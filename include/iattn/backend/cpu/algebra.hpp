@@ -12,7 +12,7 @@
 #include "../../ops/row_normalize.hpp"
 #include "../../ops/scaled.hpp"
 #include "../../ops/sum.hpp"
-#include "product.hpp"  // apply_scaled, skip_reaches
+#include "product.hpp"  // apply_scaled, diag_ref_of, skip_reaches
 #include "tile.hpp"
 
 #include <algorithm>
@@ -35,7 +35,7 @@ struct slab_eval<Sum<A, B>> {
     if constexpr (std::is_same_v<B, Diagonal<T>> && skip_reaches<T>(static_cast<const A*>(nullptr))) {
       if (!sc.skip) {  // the diagonal added to the core's rows inside its own pass (row_ops::skip)
         row_ops<T> s = sc;
-        s.skip = diag_ref<T>{n.right().d().data(), n.right().d().cols(), n.right().constant()};
+        s.skip = diag_ref_of(n.right(), cx);
         s.skip_post = s.post.size();
         return cpu_detail::apply_scaled(n.left(), cx, c0, nc, x, y, s);
       }

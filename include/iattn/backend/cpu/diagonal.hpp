@@ -63,7 +63,6 @@ struct channel_eval<Identity, T> {
   void block(Index i0, Index i1, Index j0, Index j1, tile<T> out) const { diagonal_block(*this, i0, i1, j0, j1, out); }
 };
 
-/// A bound GroupNorm: diag(weight[c] / sigma_t[g(c)]).
 /// A bound GroupNorm's (L, D) diagonal (formed by bound_to), checked against the evaluation's shape.
 template <class T>
 const Matrix<T>& bound_scale(const GroupNorm<T>& n, const context& cx) {
@@ -76,6 +75,7 @@ const Matrix<T>& bound_scale(const GroupNorm<T>& n, const context& cx) {
   return s;
 }
 
+/// A bound GroupNorm: diag(weight[c] / sigma_t[g(c)]).
 template <class T>
 struct slab_eval<GroupNorm<T>> {
   static void apply(const GroupNorm<T>& n, const context& cx, Index c0, Index nc, const T* x, T* y) {

@@ -83,6 +83,16 @@ struct row_ops {
   Index y_stride(Index nc) const { return ldy ? ldy : nc; }
 };
 
+/// yt[j] *= f[t, c0 + j] for j < nc.
+template <class T>
+void times_row(const diag_ref<T>& f, Index t, Index c0, Index nc, T* yt) {
+  const T* r = f.row(t) + c0;
+  simd::for_packs<T>(nc, [&](auto w, Index j) {
+    using P = simd::pack<T, decltype(w)::value>;
+    (P::load(yt + j) * P::load(r + j)).store(yt + j);
+  });
+}
+
 /// dst[j] = src[j] * prod_k f_k[t, c0 + j] for j < nc (dst may be src).
 template <class T>
 void scale_row(const std::vector<diag_ref<T>>& fs, Index t, Index c0, Index nc, const T* src, T* dst) {
@@ -97,13 +107,7 @@ void scale_row(const std::vector<diag_ref<T>>& fs, Index t, Index c0, Index nc, 
     const P v = P::load(src + j) * P::load(f0 + j);
     (f1 ? v * P::load(f1 + j) : v).store(dst + j);
   });
-  for (std::size_t k = 2; k < fs.size(); ++k) {
-    const T* f = fs[k].row(t) + c0;
-    simd::for_packs<T>(nc, [&](auto w, Index j) {
-      using P = simd::pack<T, decltype(w)::value>;
-      (P::load(dst + j) * P::load(f + j)).store(dst + j);
-    });
-  }
+  for (std::size_t k = 2; k < fs.size(); ++k) times_row(fs[k], t, c0, nc, dst);
 }
 
 /// dst[j] = (sum_{lag < K, lag <= t} w[K-1-lag, c0+j] x[t-lag, j]) * prod_k f_k[t, c0+j]: one token
@@ -188,20 +192,13 @@ void finish_row(const row_ops<T>* sc, Index t, Index c0, Index nc, T* yt) {
 template <class T>
 void finish_row(const row_ops<T>* sc, Index t, Index c0, Index nc, T* yt, const T* in) {
   if (!sc || !sc->skip) return finish_row(sc, t, c0, nc, yt);
-  auto times = [&](std::size_t k) {
-    const T* f = sc->post[k].row(t) + c0;
-    simd::for_packs<T>(nc, [&](auto w, Index j) {
-      using P = simd::pack<T, decltype(w)::value>;
-      (P::load(yt + j) * P::load(f + j)).store(yt + j);
-    });
-  };
-  for (std::size_t k = sc->skip_post; k < sc->post.size(); ++k) times(k);
+  for (std::size_t k = sc->skip_post; k < sc->post.size(); ++k) times_row(sc->post[k], t, c0, nc, yt);
   const T* s = sc->skip->row(t) + c0;
   simd::for_packs<T>(nc, [&](auto w, Index j) {
     using P = simd::pack<T, decltype(w)::value>;
     fma(P::load(s + j), P::load(in + j), P::load(yt + j)).store(yt + j);
   });
-  for (std::size_t k = 0; k < sc->skip_post; ++k) times(k);
+  for (std::size_t k = 0; k < sc->skip_post; ++k) times_row(sc->post[k], t, c0, nc, yt);
 }
 
 template <class Node>

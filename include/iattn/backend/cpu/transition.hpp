@@ -435,6 +435,20 @@ void apply_head(const Transition<T>& n, Index L, Index h, Index ldx, Index ldy, 
   }
 }
 
+/// Asks for entries [c0, c0 + nc) of token t's rows of the factors a finishing pass reads (the post
+/// factors and the skip) and, with inputs, of the input scalings (prefetch_scan; constant ones have
+/// no rows).
+template <class T>
+void prefetch_factor_rows(const row_ops<T>& sc, Index t, Index c0, Index nc, bool inputs) {
+  auto ask = [&](const diag_ref<T>& f) {
+    if (!f.constant) prefetch_scan(f.row(t) + c0, nc);
+  };
+  if (inputs)
+    for (const diag_ref<T>& f : sc.pre) ask(f);
+  for (const diag_ref<T>& f : sc.post) ask(f);
+  if (sc.skip) ask(*sc.skip);
+}
+
 }  // namespace transition_detail
 
 template <class T>
@@ -457,10 +471,7 @@ struct slab_eval<Transition<T>> {
             n, cx.L, h, ldx, ldy, j, np, x, y,
             [&](Index t0, Index t1, T* buf) {
               for (Index t = t1; t < std::min(cx.L, 2 * t1 - t0); ++t) {  // the next chunk's rows, meanwhile
-                for (const auto* fs : {&sc.pre, &sc.post})
-                  for (const diag_ref<T>& f : *fs)
-                    if (!f.constant) transition_detail::prefetch_scan(f.row(t) + c0 + j, np);
-                if (sc.skip && !sc.skip->constant) transition_detail::prefetch_scan(sc.skip->row(t) + c0 + j, np);
+                transition_detail::prefetch_factor_rows(sc, t, c0 + j, np, true);
                 transition_detail::prefetch_scan(x + t * ldx + j, np);
               }
               if (!sc.shapes_input()) return false;
@@ -489,11 +500,8 @@ struct slab_eval<Transition<T>> {
     }
     if (sc.post.empty() && !sc.skip) return transition_detail::apply_slab(n, cx.L, c0, nc, ldx, ldy, x, y);
     transition_detail::apply_slab(n, cx.L, c0, nc, ldx, ldy, x, y, [&](Index t_lo, Index t_hi) {
-      for (Index t = t_hi; t < std::min(cx.L, 2 * t_hi - t_lo); ++t) {  // the next block's rows
-        for (const diag_ref<T>& f : sc.post)
-          if (!f.constant) transition_detail::prefetch_scan(f.row(t) + c0, nc);
-        if (sc.skip && !sc.skip->constant) transition_detail::prefetch_scan(sc.skip->row(t) + c0, nc);
-      }
+      for (Index t = t_hi; t < std::min(cx.L, 2 * t_hi - t_lo); ++t)  // the next block's rows
+        transition_detail::prefetch_factor_rows(sc, t, c0, nc, false);
       for (Index t = t_lo; t < t_hi; ++t) finish_row(&sc, t, c0, nc, y + t * ldy, x + t * ldx);
     });
   }
