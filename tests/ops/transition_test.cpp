@@ -576,7 +576,8 @@ TEST_CASE("transition: chunked form, resets inside chunks and at their borders g
       REQUIRE(M1.allFinite());
       for (Index t = t0; t < L; ++t)
         for (Index s = 0; s < t0; ++s) REQUIRE(M1(t, s) == 0.0);
-      expect_close("chunked reset (double)", M1, dense_head(*p, 1), 1e-10);
+      const std::vector<MatD> M = dense_heads(*p);
+      expect_close("chunked reset (double)", M1, M[1], 1e-10);
       const MatD blk = iattn::block(Tn, P + 1, {t0, L}, {0, t0});
       REQUIRE(blk.cwiseAbs().maxCoeff() == 0.0);
       MatD x = MatD::Zero(L, H * P);
@@ -586,8 +587,8 @@ TEST_CASE("transition: chunked form, resets inside chunks and at their borders g
         for (Index c = P; c < 2 * P; ++c) REQUIRE(y(t, c) == 0.0);
       const MatD r = iattn::row(Tn, L - 1);
       for (Index s = 0; s < t0; ++s) REQUIRE(r(P, s) == 0.0);
-      expect_close("chunked reset (double)", iattn::apply(Tn, x), dense_apply([&](Index c) { return dense_head(*p, c / P); }, x),
-                   1e-10);
+      expect_close("chunked reset (double)", iattn::apply(Tn, x),
+                   dense_apply([&](Index c) -> const MatD& { return M[std::size_t(c / P)]; }, x), 1e-10);
     }
   }
 }
@@ -867,14 +868,19 @@ void check_fused_chains(const params<T>& p) {
   const auto nc = bind(norm, apply(Tn * diagonal(d) * causal_conv(w), x));
   REQUIRE(nb.scale().rows() == L);
   REQUIRE(nb.scale().cols() == D);
-  // the norm's diagonal from its statistics, in double
+  // the oracles as scalings of the heads' dense matrices (row and column scalings, no dense
+  // diagonal products): the norm's diagonal from its statistics, in double
+  auto col_of = [&](const Mat<T>& m, Index c) {
+    Eigen::VectorXd v(L);
+    for (Index t = 0; t < L; ++t) v(t) = double(m(m.rows() == 1 ? 0 : t, c));
+    return v;
+  };
   auto norm_diag = [&](const GroupNorm<T>& n, Index c) {
-    MatD s = MatD::Zero(L, L);
-    for (Index t = 0; t < L; ++t) s(t, t) = double(nw(0, c)) * double(n.stats().inv_sigma(t, c / p.P));
-    return s;
+    Eigen::VectorXd v(L);
+    for (Index t = 0; t < L; ++t) v(t) = double(nw(0, c)) * double(n.stats().inv_sigma(t, c / p.P));
+    return v;
   };
   auto head = [&](Index c) -> const MatD& { return M[std::size_t(c / p.P)]; };
-  auto G = [&](Index c) { return dense_diagonal(dd(g), c, L); };
   auto conv_right = [&](const MatD& A, Index c) {  // A times the Toeplitz band of w (PyTorch tap order)
     MatD out = MatD::Zero(L, L);
     for (Index t = 0; t < L; ++t)
@@ -887,20 +893,27 @@ void check_fused_chains(const params<T>& p) {
   const auto e_nested = (nb * Tn + diagonal(u)) + diagonal(d);  // the inner sum's skip, the outer's slab pass
   const auto e_gdn = diagonal(g) * nc * Tn * diagonal(d) * causal_conv(w);
   const auto e_gdn_model = diagonal(g) * nc * (Tn * diagonal(d) * causal_conv(w));  // as delta_rule.hpp groups it
-  auto o_rwkv = [&](Index c) { return MatD(G(c) * (norm_diag(nb, c) * head(c) + dense_diagonal(dd(u), c, L))); };
-  auto o_rwkv1 = [&](Index c) {
-    MatD s = norm_diag(nb, c) * head(c);
-    for (Index t = 0; t < L; ++t) s(t, t) += double(u1(0, c));
-    return MatD(G(c) * s);
+  auto o_rwkv_skip = [&](Index c, const Mat<T>& skip) {  // diag(g) (diag(norm) head + diag(skip))
+    MatD s = norm_diag(nb, c).asDiagonal() * head(c);
+    s.diagonal() += col_of(skip, c);
+    return MatD(col_of(g, c).asDiagonal() * s);
   };
+  auto o_rwkv = [&](Index c) { return o_rwkv_skip(c, u); };
+  auto o_rwkv1 = [&](Index c) { return o_rwkv_skip(c, u1); };
   auto o_nested = [&](Index c) {
-    return MatD(norm_diag(nb, c) * head(c) + dense_diagonal(dd(u), c, L) + dense_diagonal(dd(d), c, L));
+    MatD s = norm_diag(nb, c).asDiagonal() * head(c);
+    s.diagonal() += col_of(u, c) + col_of(d, c);
+    return s;
   };
   auto o_gdn = [&](Index c) {
-    return MatD(G(c) * norm_diag(nc, c) * conv_right(MatD(head(c) * dense_diagonal(dd(d), c, L)), c));
+    const MatD hd = head(c) * col_of(d, c).asDiagonal();
+    return MatD(col_of(g, c).cwiseProduct(norm_diag(nc, c)).asDiagonal() * conv_right(hd, c));
   };
-  auto check = [&](const char* what, const auto& e, auto&& oracle) {
+  auto check = [&](const char* what, const auto& e, auto&& oracle_of) {
     INFO(what);
+    std::vector<MatD> O;  // every channel's dense matrix, once
+    for (Index c = 0; c < D; ++c) O.push_back(oracle_of(c));
+    auto oracle = [&](Index c) -> const MatD& { return O[std::size_t(c)]; };
     const MatD want = dense_apply(oracle, dd(x));
     expect_close(tag<T>(what), apply(e, x), want, tol);
     Mat<T> y = Mat<T>::Constant(L, D, T(7));  // apply_into over stale values
@@ -909,7 +922,7 @@ void check_fused_chains(const params<T>& p) {
     for (Index t : {Index(0), L / 2, L - 1}) {
       const MatD r = dd(row(e, t)), q = dd(col(e, t));
       for (Index c : {Index(0), D / 2, D - 1}) {
-        const MatD o = oracle(c);
+        const MatD& o = oracle(c);
         expect_close(tag<T>(what), r.row(c), o.row(t), tol);
         expect_close(tag<T>(what), q.row(c), o.col(t).transpose().eval(), tol);
       }
