@@ -28,3 +28,71 @@ TEST_CASE("causal_conv follows PyTorch's depthwise Conv1d(padding=K-1)[..., :L]"
         if (t - K + 1 + k >= 0) y(t, c) += w(k, c) * x(t - K + 1 + k, c);
   check_close(iattn::apply(iattn::causal_conv(w), x), y, 1e-13);
 }
+
+// A sum of scaled convolutions as the first factor of a chain (Griffin's document-masked conv,
+// sum_k diag(s_k) Lag_k) is formed per token inside the scan's pass (row_ops::conv_sum), and a
+// LinearRecurrence core streams slabs as wide as the channels split over the threads
+// (stream_width). Every thread count gives another slab split; each must match the dense product.
+TEMPLATE_TEST_CASE("a sum of scaled convolutions streams into a scan at every slab split", "[causal_conv][streaming]", float,
+                   double) {
+  using T = TestType;
+  const Index D = 300;
+  for (Index L : {Index(1), Index(5), Index(257)}) {
+    INFO("L = " << L);
+    // Griffin's terms: lag k only (taps (k+1, D), row 0 ones), scaled by w[3-k] where a document
+    // boundary does not mask it; a general conv with channel zeros; a conv with an all-zero lag.
+    const Mat<T> w = normal<T>(4, D);
+    std::vector<Index> seg(static_cast<std::size_t>(L));
+    for (Index t = 0; t < L; ++t) seg[std::size_t(t)] = t < 100 ? t : (t - 100) % 37;  // boundaries at 100, 137, ...
+    std::vector<Mat<T>> scale, taps;
+    for (Index k = 0; k < 3; ++k) {
+      Mat<T> s(L, D), lag = Mat<T>::Zero(k + 1, D);
+      lag.row(0).setOnes();
+      for (Index t = 0; t < L; ++t)
+        for (Index c = 0; c < D; ++c) s(t, c) = seg[std::size_t(t)] >= k ? w(3 - k, c) : T(0);
+      scale.push_back(s), taps.push_back(lag);
+    }
+    Mat<T> general = normal<T>(3, D), hole = normal<T>(4, D);
+    for (Index c = 0; c < D; c += 7) general(1, c) = T(0);
+    hole.row(2).setZero();  // lag 1 zero on every channel: a structural zero the pass skips
+    scale.push_back(normal<T>(1, D)), taps.push_back(general);
+    scale.push_back(uniform<T>(L, D, 0.5, 1.5)), taps.push_back(hole);
+    const Mat<T> a = uniform<T>(L, D, 0.2, 0.99), b = normal<T>(L, D), g = normal<T>(L, D), r = normal<T>(1, D);
+    const Mat<T> x = normal<T>(L, D);
+    auto term = [&](std::size_t k) { return iattn::diagonal(scale[k]) * iattn::causal_conv(taps[k]); };
+    auto mix = term(0) + term(1) + term(2) + term(3) + term(4);
+    auto dense_mix = [&](Index c) {
+      MatD M = MatD::Zero(L, L);
+      for (std::size_t k = 0; k < scale.size(); ++k) M += dense_diagonal(dd(scale[k]), c, L) * dense_conv(dd(taps[k]), c, L);
+      return M;
+    };
+    auto dense_chain = [&](Index c) {
+      return MatD(dense_diagonal(dd(g), c, L) * dense_linear_recurrence(dd(a), dd(b), c) * dense_mix(c));
+    };
+    auto chain = iattn::diagonal(g) * iattn::linear_recurrence(a, b) * mix;
+    // the sum after a diagonal: not the first factor, so formed by whole-slab passes
+    auto inner = iattn::linear_recurrence(a, b) * mix * iattn::diagonal(r);
+    auto dense_inner = [&](Index c) {
+      return MatD(dense_linear_recurrence(dd(a), dd(b), c) * dense_mix(c) * dense_diagonal(dd(r), c, L));
+    };
+    const MatD want = dense_apply(dense_chain, dd(x)), want_inner = dense_apply(dense_inner, dd(x));
+    for (Index c : {Index(0), Index(151), D - 1}) check_close(iattn::materialize(chain, c, L), dense_chain(c), tolerance<T>());
+#if defined(_OPENMP)
+    const int threads0 = omp_get_max_threads();
+    for (int threads : {1, 2, 3, 4}) {
+      omp_set_num_threads(threads);
+#else
+    for (int threads : {1}) {
+#endif
+      INFO("threads = " << threads);
+      check_close(iattn::apply(chain, x), want, tolerance<T>());
+      Mat<T> y = Mat<T>::Constant(L, D, T(7));
+      iattn::apply_into(y, chain, x);
+      check_close(y, want, tolerance<T>());
+      check_close(iattn::apply(inner, x), want_inner, tolerance<T>());
+    }
+#if defined(_OPENMP)
+    omp_set_num_threads(threads0);
+#endif
+  }
+}

@@ -26,6 +26,18 @@ namespace iattn::cpu_detail {
 /// block in cache for moderate L.
 inline constexpr Index slab_width = 128;
 
+/// Channels per slab of a streaming chain whose core keeps one state entry per channel
+/// (streams_elementwise_v: Griffin's and HGRN's linear recurrences): the channels split evenly
+/// between the threads, in multiples of 64. Each token then reads one long contiguous piece of
+/// every (L, D) row, which the hardware prefetchers follow; 128-channel slabs read 512 bytes per
+/// row and page, and ran 2-3x slower at model widths (docs/performance.md, issue 22).
+inline Index stream_width(Index D) {
+  constexpr Index unit = 64;
+  const Index threads = std::max(1, max_threads());
+  const Index per = (D + threads - 1) / threads;
+  return std::max(slab_width, (per + unit - 1) / unit * unit);
+}
+
 /// How apply_slabs_into reads and writes: H^T instead of H (transposed_op), the result as (D, L)
 /// instead of (L, D) (transpose_out: channel c's L values contiguous, what row and col return), and
 /// the input e_onehot in every channel instead of X (X unused: no (L, D) one-hot matrix is formed).
@@ -45,8 +57,9 @@ void apply_slabs_into(const Node& n, const context& cx, const T* X, T* Y, slab_i
   const Index nslabs = (cx.D + slab_width - 1) / slab_width, L = cx.L;
   if constexpr (streams_rows_v<T, Node>) {
     if (!io.transposed_op && !io.transpose_out && io.onehot < 0) {
-      parallel_for(nslabs, [&](Index s) {
-        const Index c0 = s * slab_width, nc = std::min(slab_width, cx.D - c0);
+      const Index width = streams_elementwise_v<T, Node> ? stream_width(cx.D) : slab_width;
+      parallel_for((cx.D + width - 1) / width, [&](Index s) {
+        const Index c0 = s * width, nc = std::min(width, cx.D - c0);
         row_ops<T> rio;
         rio.ldx = rio.ldy = cx.D;
         apply_scaled(n, cx, c0, nc, X + c0, Y + c0, rio);

@@ -89,6 +89,37 @@ void push_diags(const Node& n, const context& cx, std::vector<diag_ref<T>>& fs) 
   }
 }
 
+/// A sum of scaled convolutions, sum_k diag(s_k) conv_k (Griffin's document-masked convolution: one
+/// lag per term): the first factor of a chain forms it per token (row_ops::conv_sum).
+template <class Node, class T>
+struct conv_sum : std::false_type {};
+template <class T>
+struct conv_sum<Product<Diagonal<T>, CausalConv<T>>, T> : std::true_type {};
+template <class A, class B, class T>
+struct conv_sum<Sum<A, B>, T> : std::bool_constant<conv_sum<A, T>::value && conv_sum<B, T>::value> {};
+template <class Node, class T>
+inline constexpr bool is_conv_sum_v = conv_sum<Node, T>::value;
+
+/// Appends the terms of a sum of scaled convolutions, left to right, each with the range of lags
+/// whose taps are nonzero on some channel (of all D: the result never depends on the slab).
+template <class T, class Node>
+void push_conv_terms(const Node& n, const context& cx, std::vector<conv_term<T>>& terms) {
+  if constexpr (std::is_same_v<Node, Product<Diagonal<T>, CausalConv<T>>>) {
+    const CausalConv<T>& conv = n.right();
+    Index lo = conv.width(), hi = 0;
+    for (Index lag = 0; lag < conv.width(); ++lag)
+      for (Index c = 0; c < cx.D; ++c)
+        if (conv.tap(lag, c) != T(0)) {
+          lo = std::min(lo, lag), hi = lag + 1;
+          break;
+        }
+    terms.push_back({diag_ref_of(n.left(), cx), &conv, lo, hi});
+  } else {
+    push_conv_terms<T>(n.left(), cx, terms);
+    push_conv_terms<T>(n.right(), cx, terms);
+  }
+}
+
 template <class A, class B>
 struct slab_eval<Product<A, B>> {
   template <class T>
@@ -117,10 +148,16 @@ struct slab_eval<Product<A, B>> {
           s.conv = &n.right();
           return cpu_detail::apply_scaled(n.left(), cx, c0, nc, x, y, s);
         }
+      } else if constexpr (is_conv_sum_v<B, T>) {
+        if (!sc.shapes_input()) {
+          row_ops<T> s = sc;
+          push_conv_terms<T>(n.right(), cx, s.conv_sum);
+          return cpu_detail::apply_scaled(n.left(), cx, c0, nc, x, y, s);
+        }
       }
       scratch<T> tmp(cx.L * nc);
       row_ops<T> in, out;
-      in.pre = sc.pre, in.conv = sc.conv, in.ldx = sc.ldx;
+      in.pre = sc.pre, in.conv = sc.conv, in.conv_sum = sc.conv_sum, in.ldx = sc.ldx;
       out.post = sc.post, out.ldy = sc.ldy;
       cpu_detail::apply_scaled(n.right(), cx, c0, nc, x, tmp.data(), in);
       cpu_detail::apply_scaled(n.left(), cx, c0, nc, tmp.data(), y, out);
@@ -154,35 +191,41 @@ constexpr bool skip_reaches(const Product<A, B>*) {
   else return false;
 }
 
-/// True when apply_scaled(n, ...) with fresh row_ops reaches one streaming core (a scan) through
-/// diagonals and at most one convolution, the convolution being the first factor applied to x: then
-/// every row of x and y is touched only inside the core's token loop, and apply_slabs hands the
-/// caller's matrices over in place instead of copying slabs (row_ops::ldx, ldy). Mirrors the
+/// How apply_scaled(n, ...) with fresh row_ops evaluates: `rows` when it reaches one streaming core
+/// (a scan) through diagonals and at most one convolution or sum of scaled convolutions, that being
+/// the first factor applied to x: then every row of x and y is touched only inside the core's
+/// token loop, and apply_slabs hands the caller's matrices over in place instead of copying slabs
+/// (row_ops::ldx, ldy); `elementwise` when that core is also channel-local with one state entry
+/// per channel (LinearRecurrence), so a slab of any width keeps its state in cache. Mirrors the
 /// branches of slab_eval<Product>::apply_scaled; conv_first is false once a diagonal sits to the
 /// right of the remaining factors.
+enum class stream_kind { none, rows, elementwise };
 template <class T, class Node>
-constexpr bool streams_rows(const Node*, bool /*conv_first*/) {
-  return streaming_core_v<T, Node>;
+constexpr stream_kind streams_rows(const Node*, bool /*conv_first*/) {
+  if constexpr (std::is_same_v<Node, LinearRecurrence<T>>) return stream_kind::elementwise;
+  else return streaming_core_v<T, Node> ? stream_kind::rows : stream_kind::none;
 }
 template <class T, class A, class B>
-constexpr bool streams_rows(const Sum<A, B>*, bool conv_first);
+constexpr stream_kind streams_rows(const Sum<A, B>*, bool conv_first);
 template <class T, class A, class B>
-constexpr bool streams_rows(const Product<A, B>*, bool conv_first) {
+constexpr stream_kind streams_rows(const Product<A, B>*, bool conv_first) {
   if constexpr (is_diag_chain_v<B, T>) return streams_rows<T>(static_cast<const A*>(nullptr), false);
   else if constexpr (is_diag_chain_v<A, T>) return streams_rows<T>(static_cast<const B*>(nullptr), conv_first);
-  else if constexpr (std::is_same_v<B, CausalConv<T>>)
-    return conv_first && streams_rows<T>(static_cast<const A*>(nullptr), false);
-  else return false;
+  else if constexpr (std::is_same_v<B, CausalConv<T>> || is_conv_sum_v<B, T>)
+    return conv_first ? streams_rows<T>(static_cast<const A*>(nullptr), false) : stream_kind::none;
+  else return stream_kind::none;
 }
 /// A sum core + diag streams when its diagonal becomes the core's skip (algebra.hpp).
 template <class T, class A, class B>
-constexpr bool streams_rows(const Sum<A, B>*, bool conv_first) {
+constexpr stream_kind streams_rows(const Sum<A, B>*, bool conv_first) {
   if constexpr (std::is_same_v<B, Diagonal<T>> && skip_reaches<T>(static_cast<const A*>(nullptr)))
     return streams_rows<T>(static_cast<const A*>(nullptr), conv_first);
-  else return false;
+  else return stream_kind::none;
 }
 template <class T, class Node>
-inline constexpr bool streams_rows_v = streams_rows<T>(static_cast<const Node*>(nullptr), true);
+inline constexpr bool streams_rows_v = streams_rows<T>(static_cast<const Node*>(nullptr), true) != stream_kind::none;
+template <class T, class Node>
+inline constexpr bool streams_elementwise_v = streams_rows<T>(static_cast<const Node*>(nullptr), true) == stream_kind::elementwise;
 
 template <class N>
 struct is_sum_node : std::false_type {};

@@ -61,6 +61,16 @@ struct diag_ref {
   const T* row(Index t) const { return constant ? data : data + t * cols; }
 };
 
+/// One term diag(scale) conv of row_ops::conv_sum; conv's taps are zero on every channel outside
+/// lags [lo, hi) (Griffin's terms read one lag each), and those lags are not read: a structural
+/// zero of H, as materialize shows it (docs/decisions.md, session 27).
+template <class T>
+struct conv_term {
+  diag_ref<T> scale;
+  const CausalConv<T>* conv;
+  Index lo, hi;
+};
+
 /// What a streaming node (a scan) does to each token row around its own apply, so that a chain
 /// diag * core * diag * conv is one pass over the tokens: the input row t is x's row, convolved by
 /// `conv` when set (rows t-K+1..t), then multiplied by every `pre` factor; the output row is
@@ -75,10 +85,13 @@ template <class T>
 struct row_ops {
   std::vector<diag_ref<T>> pre, post;
   const CausalConv<T>* conv = nullptr;
+  /// Instead of conv: a sum of scaled convolutions sum_k diag(scale_k) conv_k as the first factor
+  /// (Griffin's document-masked convolution, one lag per term).
+  std::vector<conv_term<T>> conv_sum;
   Index ldx = 0, ldy = 0;
   std::optional<diag_ref<T>> skip;
   std::size_t skip_post = 0;
-  bool shapes_input() const { return conv != nullptr || !pre.empty(); }
+  bool shapes_input() const { return conv != nullptr || !conv_sum.empty() || !pre.empty(); }
   Index x_stride(Index nc) const { return ldx ? ldx : nc; }
   Index y_stride(Index nc) const { return ldy ? ldy : nc; }
 };
@@ -136,6 +149,41 @@ void conv_scale_row(const CausalConv<T>& conv, const std::vector<diag_ref<T>>& f
   }
 }
 
+/// dst[j] = (sum_k s_k[t, c0+j] conv_k(x)[t, j]) * prod_k f_k[t, c0+j]: one token of a sum of
+/// scaled convolutions (row_ops::conv_sum), each term formed as conv_scale_row forms it and the
+/// terms added left to right, as the sum's separate passes add them.
+template <class T>
+void conv_sum_row(const std::vector<conv_term<T>>& terms, const std::vector<diag_ref<T>>& fs, Index t, Index c0, Index nc,
+                  const T* x, Index ld, T* dst) {
+  bool first = true;
+  for (const conv_term<T>& term : terms) {  // one pass per term over the row (in L1)
+    const Index K = term.conv->width(), lags = std::min(term.hi, t + 1), wld = term.conv->w().cols();
+    if (term.lo >= lags) continue;
+    const T* w = term.conv->w().data() + c0;
+    const T* sr = term.scale.row(t) + c0;
+    simd::for_packs<T>(nc, [&](auto v, Index j) {
+      using P = simd::pack<T, decltype(v)::value>;
+      P acc = P::load(w + (K - 1 - term.lo) * wld + j) * P::load(x + (t - term.lo) * ld + j);
+      for (Index lag = term.lo + 1; lag < lags; ++lag)
+        acc = fma(P::load(w + (K - 1 - lag) * wld + j), P::load(x + (t - lag) * ld + j), acc);
+      acc = acc * P::load(sr + j);
+      (first ? acc : P::load(dst + j) + acc).store(dst + j);
+    });
+    first = false;
+  }
+  if (first) std::fill(dst, dst + nc, T(0));
+  if (!fs.empty()) scale_row(fs, t, c0, nc, dst, dst);
+}
+
+/// The input row t of a streaming node (row_ops: conv or conv_sum, then pre) into dst, x being
+/// the slab's first row and rows ld apart.
+template <class T>
+void shape_row(const row_ops<T>& sc, Index t, Index c0, Index nc, const T* x, Index ld, T* dst) {
+  if (!sc.conv_sum.empty()) conv_sum_row(sc.conv_sum, sc.pre, t, c0, nc, x, ld, dst);
+  else if (sc.conv) conv_scale_row(*sc.conv, sc.pre, t, c0, nc, x, ld, dst);
+  else scale_row(sc.pre, t, c0, nc, x + t * ld, dst);
+}
+
 /// Asks the cache for the nc entries from column c0 of row t of an (L, ld) row-major matrix. A
 /// scan walks token rows of (L, D) coefficients with a stride of D entries, one 4 KiB page or more
 /// per step at model widths, which the hardware prefetchers do not follow; without this every
@@ -160,6 +208,8 @@ void prefetch_scales(const row_ops<T>* sc, Index L, Index t, Index c0, Index nc,
   for (const auto* fs : {&sc->pre, &sc->post})
     for (const diag_ref<T>& f : *fs)
       if (!f.constant) prefetch_row(f.data, f.cols, t, c0, nc);
+  for (const conv_term<T>& c : sc->conv_sum)
+    if (!c.scale.constant) prefetch_row(c.scale.data, c.scale.cols, t, c0, nc);
   if (x && sc->ldx) prefetch_row(x, sc->ldx, t, 0, nc);
 }
 
@@ -169,12 +219,8 @@ template <class T>
 const T* input_row(const row_ops<T>* sc, Index t, Index c0, Index nc, const T* x, T* buf) {
   if (!sc) return x + t * nc;
   const Index ld = sc->x_stride(nc);
-  if (sc->conv) {
-    conv_scale_row(*sc->conv, sc->pre, t, c0, nc, x, ld, buf);
-    return buf;
-  }
-  if (sc->pre.empty()) return x + t * ld;
-  scale_row(sc->pre, t, c0, nc, x + t * ld, buf);
+  if (!sc->shapes_input()) return x + t * ld;
+  shape_row(*sc, t, c0, nc, x, ld, buf);
   return buf;
 }
 /// Row t of a scan's output (y is the slab's first row).

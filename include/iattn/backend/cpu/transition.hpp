@@ -443,8 +443,10 @@ void prefetch_factor_rows(const row_ops<T>& sc, Index t, Index c0, Index nc, boo
   auto ask = [&](const diag_ref<T>& f) {
     if (!f.constant) prefetch_scan(f.row(t) + c0, nc);
   };
-  if (inputs)
+  if (inputs) {
     for (const diag_ref<T>& f : sc.pre) ask(f);
+    for (const conv_term<T>& c : sc.conv_sum) ask(c.scale);
+  }
   for (const diag_ref<T>& f : sc.post) ask(f);
   if (sc.skip) ask(*sc.skip);
 }
@@ -477,8 +479,7 @@ struct slab_eval<Transition<T>> {
               if (!sc.shapes_input()) return false;
               for (Index t = t0; t < t1; ++t) {
                 T* row = buf + (t - t0) * np;
-                if (sc.conv) conv_scale_row(*sc.conv, sc.pre, t, c0 + j, np, x + j, ldx, row);
-                else scale_row(sc.pre, t, c0 + j, np, x + t * ldx + j, row);
+                shape_row(sc, t, c0 + j, np, x + j, ldx, row);
               }
               return true;
             },
