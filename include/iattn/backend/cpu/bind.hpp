@@ -30,7 +30,8 @@ inline constexpr Index slab_width = 128;
 /// (streams_elementwise_v: Griffin's and HGRN's linear recurrences): the channels split evenly
 /// between the threads, in multiples of 64. Each token then reads one long contiguous piece of
 /// every (L, D) row, which the hardware prefetchers follow; 128-channel slabs read 512 bytes per
-/// row and page, and ran 2-3x slower at model widths (docs/performance.md, issue 22).
+/// row and page, and ran 2-3x slower at model widths (docs/performance.md, issue 22). Slab edges
+/// stay on multiples of the SIMD width, so a channel runs in the same lane at any thread count.
 inline Index stream_width(Index D) {
   constexpr Index unit = 64;
   const Index threads = std::max(1, max_threads());

@@ -151,7 +151,7 @@ void conv_scale_row(const CausalConv<T>& conv, const std::vector<diag_ref<T>>& f
 
 /// dst[j] = (sum_k s_k[t, c0+j] conv_k(x)[t, j]) * prod_k f_k[t, c0+j]: one token of a sum of
 /// scaled convolutions (row_ops::conv_sum), each term formed as conv_scale_row forms it and the
-/// terms added left to right, as the sum's separate passes add them.
+/// terms added left to right (as the separate passes of a left-nested sum add them).
 template <class T>
 void conv_sum_row(const std::vector<conv_term<T>>& terms, const std::vector<diag_ref<T>>& fs, Index t, Index c0, Index nc,
                   const T* x, Index ld, T* dst) {
