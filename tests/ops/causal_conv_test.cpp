@@ -75,11 +75,17 @@ TEMPLATE_TEST_CASE("a sum of scaled convolutions streams into a scan at every sl
     };
     const MatD ad = dd(a), bd = dd(b), gd = dd(g), xd = dd(x);
     MatD want(L, D), want_inner(L, D);
+    const std::vector<Index> ts = {0, L / 2, L - 1};  // rows: the transposed chain, backwards from t
+    std::vector<MatD> want_row(ts.size(), MatD(D, L)), want_inner_row(ts.size(), MatD(D, L));
     for (Index c = 0; c < D; ++c) {
       const MatD R = dense_linear_recurrence(ad, bd, c), M = dense_mix(c);
       const Eigen::VectorXd xc = xd.col(c);
       want.col(c) = gd.col(c).cwiseProduct(R * (M * xc));
       want_inner.col(c) = R * (M * (xc * double(r(0, c))));
+      for (std::size_t k = 0; k < ts.size(); ++k) {
+        want_row[k].row(c) = gd(ts[k], c) * (R.row(ts[k]) * M);
+        want_inner_row[k].row(c) = (R.row(ts[k]) * M) * double(r(0, c));
+      }
     }
     auto dense_chain = [&](Index c) {
       return MatD(dense_diagonal(gd, c, L) * dense_linear_recurrence(ad, bd, c) * dense_mix(c));
@@ -101,6 +107,13 @@ TEMPLATE_TEST_CASE("a sum of scaled convolutions streams into a scan at every sl
       iattn::apply_into(y, chain, x);
       check_close(y, want, tolerance<T>());
       check_close(iattn::apply(inner, x), want_inner, tolerance<T>());
+      for (std::size_t k = 0; k < ts.size(); ++k) {
+        INFO("row t = " << ts[k]);
+        Mat<T> out = Mat<T>::Constant(D, L, T(7));  // entries after t must be overwritten with 0
+        iattn::row_into(out, chain, ts[k]);
+        check_close(out, want_row[k], tolerance<T>());
+        check_close(iattn::row(inner, ts[k]), want_inner_row[k], tolerance<T>());
+      }
     }
 #if defined(_OPENMP)
     omp_set_num_threads(threads0);

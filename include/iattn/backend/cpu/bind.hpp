@@ -67,6 +67,18 @@ void apply_slabs_into(const Node& n, const context& cx, const T* X, T* Y, slab_i
       });
       return;
     }
+    if constexpr (streams_elementwise_v<T, Node>) {
+      if (io.transposed_op && io.transpose_out && io.onehot >= 0) {  // row: one backward pass per slab
+        const Index width = stream_width(cx.D);
+        parallel_for((cx.D + width - 1) / width, [&](Index s) {
+          const Index c0 = s * width, nc = std::min(width, cx.D - c0);
+          row_ops<T> rio;
+          rio.row_t = io.onehot;
+          apply_scaled(n, cx, c0, nc, X, Y + c0 * L, rio);
+        });
+        return;
+      }
+    }
   }
   parallel_for(nslabs, [&](Index s) {
     const Index c0 = s * slab_width, nc = std::min(slab_width, cx.D - c0);

@@ -89,6 +89,10 @@ struct row_ops {
   /// (Griffin's document-masked convolution, one lag per term).
   std::vector<conv_term<T>> conv_sum;
   Index ldx = 0, ldy = 0;
+  /// When >= 0, the core writes row `row_t` of the whole chain instead of applying it (a node that
+  /// streams elementwise, streams_rows): its slab's channels as rows of the (D, L) result, y being
+  /// the slab's first row and x unused (apply_slabs_into's row; LinearRecurrence::row_scaled).
+  Index row_t = -1;
   std::optional<diag_ref<T>> skip;
   std::size_t skip_post = 0;
   bool shapes_input() const { return conv != nullptr || !conv_sum.empty() || !pre.empty(); }
