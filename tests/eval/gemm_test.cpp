@@ -46,6 +46,30 @@ TEST_CASE("gemm: every micro-tile tail and inner length", "[gemm]") {
       }
 }
 
+TEST_CASE("gemm: the packed panels hold A's rows k-major and zeros past row m", "[gemm]") {
+  // Every panel shape: whole panels, a last panel of 8, 16 or 24 rows (the 8 x 8 transposes of the
+  // AVX packing, 16- and 32-row panels), rows that are not a multiple of 8 (the scalar loop), and
+  // inner lengths around the transposes' multiple of 8. The buffer starts as NaN, so a padding
+  // entry not written to zero fails.
+  using namespace iattn::cpu_detail;
+  constexpr Index MR = gemm_mr<float>;
+  for (Index m : {Index(1), Index(5), Index(8), Index(16), Index(24), MR - 8, MR, MR + 8, MR + 13, MR + 24, 3 * MR})
+    for (Index k : {Index(1), Index(7), Index(8), Index(9), Index(23), Index(64)}) {
+      INFO("m = " << m << ", k = " << k << ", gemm_mr = " << MR);
+      const Index lda = k + 5;
+      const Mat<float> A = normal<float>(m, lda);
+      std::vector<float> ap(std::size_t(gemm_padded_rows<float>(m) * k), std::numeric_limits<float>::quiet_NaN());
+      gemm_pack_a(A.data(), lda, m, k, ap.data());
+      for (Index q = 0; q * MR < m; ++q)
+        for (Index p = 0; p < k; ++p)
+          for (Index r = 0; r < MR; ++r) {
+            const Index i = q * MR + r;
+            const float want = i < m ? A(i, p) : 0.f;
+            REQUIRE(ap[std::size_t(q * MR * k + p * MR + r)] == want);
+          }
+    }
+}
+
 TEST_CASE("gemm: a slice of a longer packing accumulates in place", "[gemm]") {
   using namespace iattn::cpu_detail;
   const Index m = 21, n = 11, k = 50, p0 = 13, kc = 24;

@@ -21,7 +21,7 @@
 #include <type_traits>
 #include <vector>
 
-// AVX: float panels of 16 rows are packed by 8 x 8 register transposes (the one place outside
+// AVX: float panels (16 rows with AVX2, 32 with AVX-512) are packed by 8 x 8 register transposes (the one place outside
 // simd.hpp with intrinsics: xsimd 8.1 has no transpose, and its zip_lo changed meaning across
 // versions). Other ISAs and widths take the scalar loop.
 #if defined(__AVX__) && IATTN_HAS_XSIMD && !defined(__CUDACC__)
@@ -63,12 +63,16 @@ inline Index gemm_padded_rows(Index m) {
 }
 
 #if IATTN_GEMM_PACK_AVX
-// dst[p * 16 + r] = src[r * lda + p] for r < rows and p < k0 (a multiple of 8), by 8 x 8
-// transposes; rows is 16 or 8 (then rows 8 to 15 of the panel are zeros).
-inline void gemm_pack16_avx(const float* src, Index lda, Index k0, float* dst, Index rows) {
+// dst[p * MR + r] = src[r * lda + p] for r < rows and p < k0 (a multiple of 8), by 8 x 8
+// transposes, and zeros for rows [rows, MR); rows is a multiple of 8. MR is 16 with AVX2 (two
+// packs of 8) and 32 with AVX-512 (two packs of 16): the panels of AVX-512 once took the scalar
+// loop, 15 % of Mamba-1's channel mean on Zen 5 (docs/performance.md, session 28).
+template <Index MR>
+inline void gemm_pack_avx(const float* src, Index lda, Index k0, float* dst, Index rows) {
+  static_assert(MR % 8 == 0);
   for (Index p = 0; p < k0; p += 8) {
-    if (rows == 8)
-      for (int j = 0; j < 8; ++j) _mm256_storeu_ps(dst + p * 16 + j * 16 + 8, _mm256_setzero_ps());
+    for (int j = 0; j < 8; ++j)
+      for (Index r = rows; r < MR; r += 8) _mm256_storeu_ps(dst + (p + j) * MR + r, _mm256_setzero_ps());
     for (Index h = 0; h < rows; h += 8) {
       const float* s = src + h * lda + p;
       __m256 r[8], t[8], u[8];
@@ -83,10 +87,10 @@ inline void gemm_pack16_avx(const float* src, Index lda, Index k0, float* dst, I
         u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
         u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
       }
-      float* d = dst + p * 16 + h;
+      float* d = dst + p * MR + h;
       for (int j = 0; j < 4; ++j) {
-        _mm256_storeu_ps(d + j * 16, _mm256_permute2f128_ps(u[j], u[j + 4], 0x20));
-        _mm256_storeu_ps(d + (j + 4) * 16, _mm256_permute2f128_ps(u[j], u[j + 4], 0x31));
+        _mm256_storeu_ps(d + j * MR, _mm256_permute2f128_ps(u[j], u[j + 4], 0x20));
+        _mm256_storeu_ps(d + (j + 4) * MR, _mm256_permute2f128_ps(u[j], u[j + 4], 0x31));
       }
     }
   }
@@ -103,10 +107,10 @@ void gemm_pack_a(const T* A, Index lda, Index m, Index k, T* ap) {
     const Index rows = std::min(MR, m - q * MR);
     Index p0 = 0;  // columns [0, p0) packed (and padded) by the transposes
 #if IATTN_GEMM_PACK_AVX
-    if constexpr (std::is_same_v<T, float> && MR == 16)
-      if (rows == MR || rows == MR / 2) {
+    if constexpr (std::is_same_v<T, float> && MR % 8 == 0)
+      if (rows % 8 == 0) {
         p0 = k / 8 * 8;
-        gemm_pack16_avx(A + q * MR * lda, lda, p0, dst, rows);
+        gemm_pack_avx<MR>(A + q * MR * lda, lda, p0, dst, rows);
       }
 #endif
     for (Index r = 0; r < rows; ++r) {
