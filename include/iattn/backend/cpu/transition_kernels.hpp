@@ -116,7 +116,8 @@ void combine_rows(T* dst, Index w, Index J, const T* coef, const T* src) {
     for (int g = 0; g < G; ++g) acc[g].store(dst + c + g * W);
   }
   // Whole packs past the groups of four: with AVX-512 (W = 16) Gated DeltaNet's rows of N + C = 160
-  // columns end in two such packs, which the scalar loop below took (22 % of its apply on Zen 5).
+  // columns end in two such packs, which the scalar loop below used to take (this function was
+  // 22 % of that model's apply on Zen 5, most of it there).
   for (; c + W <= w; c += W) {
     P acc = P::load(dst + c);
     for (Index j = 0; j < J; ++j) acc = fma(P::broadcast(coef[j]), P::load(src + j * w + c), acc);
