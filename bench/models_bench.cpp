@@ -230,35 +230,37 @@ void evict_caches() {
   benchmark::DoNotOptimize(junk.data());
   benchmark::ClobberMemory();
 }
+/// The timed loop of a cold benchmark: call() after evict_caches(), outside the timing; items and
+/// bytes as the warm forms count them.
 template <class Model>
-void BM_apply_into_cold(benchmark::State& st) {
-  const auto& d = decomposition<Model>(st.range(0));
-  const Index L = d.x.rows(), D = d.x.cols();
-  Mat y = iattn::apply(d.H, d.x);
+void cold_loop(benchmark::State& st, Index L, Index D, auto&& call) {
   for (auto _ : st) {
     st.PauseTiming();
     evict_caches();
     st.ResumeTiming();
-    iattn::apply_into(y, d.H, d.x);
-    benchmark::DoNotOptimize(y.data());
+    benchmark::DoNotOptimize(call());
   }
   st.SetItemsProcessed(st.iterations() * L * D * Model::N);
   st.SetBytesProcessed(st.iterations() * L * D * Index(sizeof(float)));
 }
 template <class Model>
+void BM_apply_into_cold(benchmark::State& st) {
+  const auto& d = decomposition<Model>(st.range(0));
+  Mat y = iattn::apply(d.H, d.x);
+  cold_loop<Model>(st, d.x.rows(), d.x.cols(), [&] {
+    iattn::apply_into(y, d.H, d.x);
+    return y.data();
+  });
+}
+template <class Model>
 void BM_row_into_cold(benchmark::State& st) {
   const auto& d = decomposition<Model>(st.range(0));
-  const Index L = d.x.rows(), D = d.x.cols();
+  const Index L = d.x.rows();
   Mat r = iattn::row(d.H, L - 1);
-  for (auto _ : st) {
-    st.PauseTiming();
-    evict_caches();
-    st.ResumeTiming();
+  cold_loop<Model>(st, L, d.x.cols(), [&] {
     iattn::row_into(r, d.H, L - 1);
-    benchmark::DoNotOptimize(r.data());
-  }
-  st.SetItemsProcessed(st.iterations() * L * D * Model::N);
-  st.SetBytesProcessed(st.iterations() * L * D * Index(sizeof(float)));
+    return r.data();
+  });
 }
 template <class Model>
 void BM_materialize_into(benchmark::State& st) {

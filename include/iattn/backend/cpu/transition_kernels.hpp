@@ -99,30 +99,31 @@ void mul_packed(Index n, Index m, Index k, const T* B, Index ldb, const T* ap, I
   if (n > 0 && m > 0 && k > 0) gemm_tile_add(m, n, k, ap, panel_stride, B, ldb, out, ldo, T(1));
 }
 
-/// dst[0:w] += sum_{j < J} coef[j] src[j * w + 0:w]: a row of a forward substitution, the sums of
-/// four packs of columns held in registers across j (one load and one multiply-add per pack and j).
+/// dst[c:c + G W] += sum_{j < J} coef[j] src[j * w + c:c + G W], the G packs' sums held in registers
+/// across j (one load and one multiply-add per pack and j).
+template <class T, int G>
+void combine_packs(T* dst, Index w, Index J, const T* coef, const T* src, Index c) {
+  constexpr int W = simd::width<T>;
+  using P = simd::pack<T, W>;
+  P acc[G];
+  for (int g = 0; g < G; ++g) acc[g] = P::load(dst + c + g * W);
+  for (Index j = 0; j < J; ++j) {
+    const P m = P::broadcast(coef[j]);
+    for (int g = 0; g < G; ++g) acc[g] = fma(m, P::load(src + j * w + c + g * W), acc[g]);
+  }
+  for (int g = 0; g < G; ++g) acc[g].store(dst + c + g * W);
+}
+
+/// dst[0:w] += sum_{j < J} coef[j] src[j * w + 0:w]: a row of a forward substitution, four packs of
+/// columns at a time, then single packs, then single columns. With AVX-512 (W = 16) Gated DeltaNet's
+/// rows of N + C = 160 columns end in two single packs, which the scalar loop used to take (this
+/// function was 22 % of that model's apply on Zen 5, most of it there).
 template <class T>
 void combine_rows(T* dst, Index w, Index J, const T* coef, const T* src) {
   constexpr int W = simd::width<T>, G = 4;
-  using P = simd::pack<T, W>;
   Index c = 0;
-  for (; c + G * W <= w; c += G * W) {
-    P acc[G];
-    for (int g = 0; g < G; ++g) acc[g] = P::load(dst + c + g * W);
-    for (Index j = 0; j < J; ++j) {
-      const P m = P::broadcast(coef[j]);
-      for (int g = 0; g < G; ++g) acc[g] = fma(m, P::load(src + j * w + c + g * W), acc[g]);
-    }
-    for (int g = 0; g < G; ++g) acc[g].store(dst + c + g * W);
-  }
-  // Whole packs past the groups of four: with AVX-512 (W = 16) Gated DeltaNet's rows of N + C = 160
-  // columns end in two such packs, which the scalar loop below used to take (this function was
-  // 22 % of that model's apply on Zen 5, most of it there).
-  for (; c + W <= w; c += W) {
-    P acc = P::load(dst + c);
-    for (Index j = 0; j < J; ++j) acc = fma(P::broadcast(coef[j]), P::load(src + j * w + c), acc);
-    acc.store(dst + c);
-  }
+  for (; c + G * W <= w; c += G * W) combine_packs<T, G>(dst, w, J, coef, src, c);
+  for (; c + W <= w; c += W) combine_packs<T, 1>(dst, w, J, coef, src, c);
   for (; c < w; ++c) {
     T acc = dst[c];
     for (Index j = 0; j < J; ++j) acc += coef[j] * src[j * w + c];
