@@ -305,7 +305,9 @@ void check_bidir(Index L) {
 }
 
 TEST_CASE("materialize_all: flipped and forward diag * S * diag * conv terms against plain loops", "[head_mean][all]") {
-  for (Index L : {1, 2, 3, 5, 15, 16, 17, 33, 100}) {
+  // 130 and 211: products written straight into the output in whole register blocks of columns
+  // (48 with AVX-512 float) and a partial one, left and right of each row panel's middle columns.
+  for (Index L : {1, 2, 3, 5, 15, 16, 17, 33, 100, 130, 211}) {
     check_bidir<double, true>(L);
     check_bidir<float, true>(L);
   }
@@ -331,6 +333,35 @@ TEST_CASE("materialize_all: flipped and forward diag * S * diag * conv terms aga
       for (Index t = 0; t < L; ++t)
         for (Index u = 0; u < L; ++u) ref(t, u) += 2.0 * Sc(L - 1 - t, L - 1 - u);
       check_close(all.slice(c), ref, tol<double>());
+    }
+  }
+  // Only flipped terms (nothing writes left of the diagonal but the zeros), two forward terms with
+  // cores (the second adds to the first's products in the output), widths 4 and 2.
+  for (Index L : {7, 70, 150}) {
+    INFO("one direction, L = " << L);
+    const Index D = 4, N = 3;
+    const MatD lam = uniform<double>(L, D * N, -0.7, -0.01), B = normal<double>(L, N), C = normal<double>(L, N);
+    const MatD B2 = normal<double>(L, N), z = normal<double>(L, D), w4 = normal<double>(4, D), w2 = normal<double>(2, D);
+    const auto S = iattn::semiseparable(lam, B, C, {.heads = D});
+    const auto S2 = iattn::semiseparable(lam, B2, C, {.heads = D});
+    const auto back = iattn::flip(iattn::diagonal(z) * S * iattn::causal_conv(w4));
+    const auto two = iattn::diagonal(z) * S * iattn::causal_conv(w4) + 3.0 * (S2 * iattn::causal_conv(w2));
+    std::vector<iattn::cpu_detail::all_term<double>> terms;
+    REQUIRE(iattn::cpu_detail::expand_all_terms<double>(back, iattn::cpu_detail::context{L, D}, terms));
+    REQUIRE(iattn::cpu_detail::expand_all_terms<double>(two, iattn::cpu_detail::context{L, D}, terms));
+    const iattn::Tensor3<double> b = iattn::materialize_all(back), t = iattn::materialize_all(two);
+    iattn::Tensor3<float> bf(D, L, L, 7.f);  // float, into a tensor holding other values
+    const auto Sf = iattn::semiseparable(Mat<float>(lam.cast<float>()), Mat<float>(B.cast<float>()), Mat<float>(C.cast<float>()), {.heads = D});
+    iattn::materialize_all_into(bf, iattn::flip(iattn::diagonal(Mat<float>(z.cast<float>())) * Sf * iattn::causal_conv(Mat<float>(w4.cast<float>()))));
+    for (Index c = 0; c < D; ++c) {
+      const MatD Sc = dense_semiseparable(lam, B, C, D, 1, 1, c), S2c = dense_semiseparable(lam, B2, C, D, 1, 1, c);
+      const MatD f = dense_diagonal(z, c, L) * Sc * dense_conv(w4, c, L);
+      MatD rb(L, L);
+      for (Index i = 0; i < L; ++i)
+        for (Index j = 0; j < L; ++j) rb(i, j) = f(L - 1 - i, L - 1 - j);
+      check_close(b.slice(c), rb, tol<double>());
+      check_close(bf.slice(c), rb, tol<float>());
+      check_close(t.slice(c), f + 3.0 * S2c * dense_conv(w2, c, L), tol<double>());
     }
   }
   // Outside the structured path: a flip inside a product, a strict core; the tile path serves them.

@@ -41,6 +41,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <type_traits>
 #include <vector>
 
@@ -90,7 +91,7 @@ class all_channels {
   all_channels(const std::vector<all_term<T>>& terms, const context& cx) : terms_(terms), L_(cx.L), D_(cx.D) {
     for (const auto& a : terms_) maxK_ = std::max(maxK_, a.term.width());
     off_ = maxK_ - 1;
-    ld_ = (off_ + L_ + off_ + panel_rows + 4 * W + W - 1) / W * W;
+    ld_ = (2 * off_ + diag_cols + 2 * W - 1) / W * W;
     np_ = (L_ + panel_rows - 1) / panel_rows;
     lr_ = pad + (L_ + W - 1) / W * W + W;
     // Block edges in a term's own order, ascending: output panels [r0, r1) are its blocks [r0, r1)
@@ -124,6 +125,7 @@ class all_channels {
   static constexpr int product_cols = 3;                     ///< packs of columns per register block
   static constexpr Index NR = product_cols * W;              ///< columns per register block
   static constexpr Index pad = (max_mean_conv + W - 1) / W * W;  ///< tokens before u = 0 in a table row
+  static constexpr Index diag_cols = (panel_rows + W - 1) / W * W;  ///< columns of a diagonal block's packs
 
   // Per-channel tables are state-major: entry (m, u) at m * lr_ + pad + u, so every pass over the
   // tokens is a run of whole packs, shifted loads reach back up to pad tokens, and the pads hold
@@ -150,6 +152,11 @@ class all_channels {
   Index L_, D_, maxK_ = 1, off_ = 0, ld_ = 0, np_ = 0, lr_ = 0;
   std::vector<std::vector<T>> bt_, ct_;
   std::vector<Index> edges_[2];  // [flipped]
+
+  /// p rounded up to a multiple of 64 bytes (whole cache lines: a pack load across two lines costs two).
+  static T* aligned64(T* p) {
+    return reinterpret_cast<T*>((reinterpret_cast<std::uintptr_t>(p) + 63) & ~std::uintptr_t(63));
+  }
 
   /// x (L, M) into out (M, lr) state-major, pads 0.
   void transpose_rows(const coefficient<T>& x, std::vector<T>& out) const {
@@ -200,21 +207,29 @@ class all_channels {
     T* panel = sized(s.panel, panel_rows * ld_);
     for (Index p = 0; p < np_; ++p) {
       const Index r0 = p * panel_rows, r1 = std::min(L_, r0 + panel_rows);
+      const Index m0 = std::max<Index>(0, r0 - off_), m1 = std::min(L_, r1 + off_);  // the middle columns
       std::fill(panel, panel + (r1 - r0) * ld_, T(0));
+      bool left = false, right = false;  // whether [0, m0) and [m1, L) of rows [r0, r1) are written
       for (std::size_t k = 0; k < terms_.size(); ++k) {
         const all_term<T>& a = terms_[k];
         if (a.term.S)
-          core_rows(a, s.tab[k], p, panel, s);
+          core_rows(a, s.tab[k], p, panel, out + r0 * L_, a.flipped ? right : left, s);
         else
           band_rows(a, c, g.post[k].data() + c * L_, r0, r1, panel);
       }
-      for (Index t = r0; t < r1; ++t) std::copy(panel + (t - r0) * ld_ + off_, panel + (t - r0) * ld_ + off_ + L_, out + t * L_);
+      for (Index t = r0; t < r1; ++t) {
+        T* row = out + t * L_;
+        if (!left) std::fill(row, row + m0, T(0));
+        std::copy(panel + (t - r0) * ld_ + m0 - r0 + off_, panel + (t - r0) * ld_ + m1 - r0 + off_, row + m0);
+        if (!right) std::fill(row + m1, row + L_, T(0));
+      }
     }
   }
 
-  // Output (row, column) of the term's entry (u, s'), as panel coordinates: row - r0, column + off.
+  // Output row of the term's entry (u, s'), and its column as a column of the panel of output rows
+  // [r0, r0 + panel_rows), which holds output columns [r0 - off, r0 + panel_rows + off) and a margin.
   Index out_row(bool flipped, Index u) const { return flipped ? L_ - 1 - u : u; }
-  Index out_col(bool flipped, Index sp) const { return (flipped ? L_ - 1 - sp : sp) + off_; }
+  Index panel_col(bool flipped, Index sp, Index r0) const { return (flipped ? L_ - 1 - sp : sp) - r0 + off_; }
 
   /// A term without a core: H[u, u - lag] = w post[u] tap(lag).
   void band_rows(const all_term<T>& a, Index c, const T* post, Index r0, Index r1, T* panel) const {
@@ -223,7 +238,7 @@ class all_channels {
     for (Index t = r0; t < r1; ++t) {
       const Index u = out_row(a.flipped, t);
       for (Index lag = 0; lag < K && lag <= u; ++lag)
-        panel[(t - r0) * ld_ + out_col(a.flipped, u - lag)] += post[u] * (m.conv ? m.conv->tap(lag, c) : T(1));
+        panel[(t - r0) * ld_ + panel_col(a.flipped, u - lag, r0)] += post[u] * (m.conv ? m.conv->tap(lag, c) : T(1));
     }
   }
 
@@ -381,18 +396,23 @@ class all_channels {
   }
 
   /// Output rows of panel p of one term with a core, added into the panel.
-  void core_rows(const all_term<T>& a, const tables& tb, Index p, T* panel, scratch& s) const {
+  /// Output rows of panel p of one term with a core: its products left (forward) or right (flipped)
+  /// of the middle columns straight into dst (the output's row r0, written when `written` is false,
+  /// added to otherwise; set), the rest added into the panel.
+  void core_rows(const all_term<T>& a, const tables& tb, Index p, T* panel, T* dst, bool& written, scratch& s) const {
     const mean_term<T>& m = a.term;
     const Index N = m.S->state(), K = m.width(), lr = lr_;
     const bool fl = a.flipped;
     const Index b = fl ? np_ - 1 - p : p;  // the term's block
     const std::vector<Index>& edges = edges_[fl];
     const Index i0 = edges[std::size_t(b)], i1 = edges[std::size_t(b) + 1], n = i1 - i0;
+    const Index r0 = p * panel_rows;
     // 1. Below the diagonal block: columns sig in [K-1, i0), as panel columns ascending.
     const Index lo = K - 1;
     if (i0 > lo) {
-      const Index nc = i0 - lo, ncp = (nc + NR - 1) / NR * NR;
-      T* wp = sized(s.wp, ncp * N);  // (N, ncp): column x of the panel's range, state-major
+      // ncp: whole packs (aligned rows) and zeros past nc for a register block starting anywhere.
+      const Index nc = i0 - lo, ncp = (nc + W - 1) / W * W + NR;
+      T* wp = aligned64(sized(s.wp, ncp * N + 64 / Index(sizeof(T))));  // (N, ncp): column x of the panel's range, state-major
       // mid = E(j1 .. i0) = fac[i0] * blk of the blocks strictly between, walking leftwards.
       T* mid = sized(s.e, N);
       for (Index q = 0; q < N; ++q) mid[q] = tb.fac[std::size_t(q * lr + pad + i0)];
@@ -416,15 +436,26 @@ class all_channels {
           for (Index q = 0; q < N; ++q) mid[q] *= tb.blk[std::size_t(J * N + q)];
       }
       for (Index q = 0; q < N; ++q) std::fill(wp + q * ncp + nc, wp + (q + 1) * ncp, T(0));
-      // Panel columns: forward sig - K + 1 + off (sig = lo .. i0-1 -> 0 ..); flipped: output column
-      // L-1-(sig-K+1), ascending as sig descends from i0-1. Rows: u ascending forward, descending
-      // flipped.
-      const Index col0 = fl ? out_col(true, i0 - 1 - K + 1) : out_col(false, 0);
+      // Output column of x: forward sig - K + 1 = x (sig = lo .. i0-1); flipped L-1-(sig-K+1) = col0 + x,
+      // ascending as sig descends from i0-1. Rows: u ascending forward, descending flipped. The
+      // columns outside the middle [r0 - off, r0 + panel_rows + off) go to dst: no other term
+      // reaches them in this direction but the same direction's products.
+      const Index col0 = fl ? L_ - i0 + K - 1 : 0;
+      const Index m0 = std::max<Index>(0, r0 - off_), m1 = std::min(L_, r0 + n + off_);
+      const Index xm0 = fl ? 0 : m0, xm1 = fl ? std::min(nc, m1 - col0) : nc;  // x of the middle
       const T* a0 = tb.ct.data() + pad + (fl ? i1 - 1 : i0);
-      product(a0, fl ? -1 : 1, lr, n, wp, ncp, N, panel + col0, ld_);
+      if (xm0 < xm1) product<true>(a0, fl ? -1 : 1, lr, n, wp, ncp, N, xm0, xm1, panel + col0 + xm0 - r0 + off_, ld_);
+      const Index xd0 = fl ? std::max<Index>(0, xm1) : 0, xd1 = fl ? nc : std::min(nc, m0);  // x of dst
+      if (xd0 < xd1) {
+        if (written)
+          product<true>(a0, fl ? -1 : 1, lr, n, wp, ncp, N, xd0, xd1, dst + col0 + xd0, L_);
+        else
+          product<false>(a0, fl ? -1 : 1, lr, n, wp, ncp, N, xd0, xd1, dst + col0 + xd0, L_);
+        written = true;
+      }
     }
     // 2. The diagonal block: lanes k are columns sig = i0 + k (forward) or i1 - 1 - k (flipped).
-    diagonal_block(tb, N, K, fl, i0, i1, panel, s);
+    diagonal_block(tb, N, K, fl, i0, i1, r0, panel, s);
     // 3. The band above G's diagonal, output columns s' in (u-K+1, u]:
     //    sum over lag <= u - s' of tap(lag) core[u - s' - lag][u].
     if (K > 1)
@@ -433,26 +464,50 @@ class all_channels {
         for (Index sp = std::max<Index>(0, u - K + 2); sp <= u; ++sp) {
           T v = 0;
           for (Index lag = 0; sp + lag <= u; ++lag) v += tb.tap[std::size_t(lag)] * tb.core[std::size_t((u - sp - lag) * lr + pad + u)];
-          row[out_col(fl, sp)] += v;
+          row[panel_col(fl, sp, r0)] += v;
         }
       }
   }
 
-  /// panel[r][col] += sum_m A(r, m) Wp[m][col] for r < rows, A(r, m) at a[r * astep + m * qs],
-  /// columns [0, ncp) in register blocks of NR: 4 rows at a time, then the rest.
-  static void product(const T* a, Index astep, Index qs, Index rows, const T* wp, Index ncp, Index N, T* out, Index ld) {
-    for (Index x = 0; x < ncp; x += NR) {
-      Index r = 0;
-      for (; r + 4 <= rows; r += 4) micro<4>(a + r * astep, astep, qs, wp + x, ncp, N, out + r * ld + x, ld);
-      switch (rows - r) {
-        case 3: micro<3>(a + r * astep, astep, qs, wp + x, ncp, N, out + r * ld + x, ld); break;
-        case 2: micro<2>(a + r * astep, astep, qs, wp + x, ncp, N, out + r * ld + x, ld); break;
-        case 1: micro<1>(a + r * astep, astep, qs, wp + x, ncp, N, out + r * ld + x, ld); break;
-        default: break;
+  /// out[r][x - x0] (+)= sum_m A(r, m) Wp[m][x] for r < rows and x in [x0, x1) (added when Add,
+  /// written otherwise), A(r, m) at a[r * astep + m * qs], Wp (N, ncp) with zeros in [x1, ncp) and
+  /// ncp >= x1 + NR: register blocks of NR columns, 4 rows at a time, then the rest; a last, partial
+  /// block through a small buffer, so nothing past x1 is touched.
+  template <bool Add>
+  static void product(const T* a, Index astep, Index qs, Index rows, const T* wp, Index ncp, Index N, Index x0, Index x1,
+                      T* out, Index ld) {
+    for (Index x = x0; x < x1; x += NR) {
+      const Index nx = std::min(NR, x1 - x);
+      T* o = out + (x - x0);
+      if (nx == NR) {
+        rows_of<Add>(a, astep, qs, rows, wp + x, ncp, N, o, ld);
+      } else {
+        alignas(64) T tmp[4 * NR];
+        for (Index r = 0; r < rows; r += 4) {
+          const Index nr = std::min<Index>(4, rows - r);
+          rows_of<false>(a + r * astep, astep, qs, nr, wp + x, ncp, N, tmp, NR);
+          for (Index i = 0; i < nr; ++i)
+            for (Index j = 0; j < nx; ++j) {
+              T& d = o[(r + i) * ld + j];
+              d = Add ? d + tmp[i * NR + j] : tmp[i * NR + j];
+            }
+        }
       }
     }
   }
-  template <int R>
+  /// One register block of NR columns, rows [0, rows).
+  template <bool Add>
+  static void rows_of(const T* a, Index astep, Index qs, Index rows, const T* wp, Index ncp, Index N, T* out, Index ld) {
+    Index r = 0;
+    for (; r + 4 <= rows; r += 4) micro<4, Add>(a + r * astep, astep, qs, wp, ncp, N, out + r * ld, ld);
+    switch (rows - r) {
+      case 3: micro<3, Add>(a + r * astep, astep, qs, wp, ncp, N, out + r * ld, ld); break;
+      case 2: micro<2, Add>(a + r * astep, astep, qs, wp, ncp, N, out + r * ld, ld); break;
+      case 1: micro<1, Add>(a + r * astep, astep, qs, wp, ncp, N, out + r * ld, ld); break;
+      default: break;
+    }
+  }
+  template <int R, bool Add>
   static void micro(const T* a, Index astep, Index qs, const T* wp, Index ncp, Index N, T* out, Index ld) {
     using P = Pk<W>;
     constexpr int C = product_cols;
@@ -469,12 +524,15 @@ class all_channels {
       }
     }
     for (int i = 0; i < R; ++i)
-      for (int k = 0; k < C; ++k) (P::load(out + i * ld + k * W) + acc[i][k]).store(out + i * ld + k * W);
+      for (int k = 0; k < C; ++k) {
+        if constexpr (Add) acc[i][k] = acc[i][k] + P::load(out + i * ld + k * W);
+        acc[i][k].store(out + i * ld + k * W);
+      }
   }
 
   /// G inside the diagonal block [i0, i1): row u adds sum_m U[u, m] acc[m][k], acc[m][k] the
   /// running product E(sig_k+1 .. u)[m] Z[sig_k, m] (0 until the row reaches sig_k).
-  void diagonal_block(const tables& tb, Index N, Index K, bool fl, Index i0, Index i1, T* panel, scratch& s) const {
+  void diagonal_block(const tables& tb, Index N, Index K, bool fl, Index i0, Index i1, Index r0, T* panel, scratch& s) const {
     using P = Pk<W>;
     constexpr Index G = (panel_rows + W - 1) / W;  // packs per row of the block
     const Index lr = lr_;
@@ -482,7 +540,7 @@ class all_channels {
     std::fill(acc, acc + N * G * W, T(0));
     // Panel column of lane 0: forward sig = i0 -> i0 - K + 1 + off; flipped lane k is sig = i1-1-k,
     // output column L-1-(i1-1-k-K+1) = L - i1 + K - 1 + k.
-    const Index col0 = fl ? out_col(true, i1 - 1 - K + 1) : out_col(false, i0 - K + 1);
+    const Index col0 = fl ? panel_col(true, i1 - 1 - K + 1, r0) : panel_col(false, i0 - K + 1, r0);
     P lane[G];
     for (Index gi = 0; gi < G; ++gi) lane[gi] = P::iota(T(gi * W));
     const P zero = P::broadcast(T(0));
