@@ -45,16 +45,21 @@ inline std::string extent_string(Index v, const char* letter) {
   return v == any ? std::string(letter) : std::string(letter) + "=" + std::to_string(v);
 }
 
-template <class H>
-void check_input(const H& h, Index rows, Index cols, const char* where, const char* argument) {
-  const bool ok = (h.length() == any || rows == h.length()) && (h.channels() == any || cols == h.channels());
-  if (ok) return;  // the expected-shape text is only built for the error
+/// Throws unless X of shape (rows, cols) fits an expression of length L and D channels (either
+/// `any`). Not a template: one copy of the message building for every expression type.
+inline void check_input_extents(Index L, Index D, Index rows, Index cols, const char* where, const char* argument) {
+  if ((L == any || rows == L) && (D == any || cols == D)) return;
   std::string expected = "(";
-  expected += extent_string(h.length(), "L");
+  expected += extent_string(L, "L");
   expected += ", ";
-  expected += extent_string(h.channels(), "D");
+  expected += extent_string(D, "D");
   expected += ")";
   require_shape(false, where, argument, rows, cols, expected);
+}
+
+template <class H>
+void check_input(const H& h, Index rows, Index cols, const char* where, const char* argument) {
+  check_input_extents(h.length(), h.channels(), rows, cols, where, argument);
 }
 
 /// L from the expression, or from the caller where the expression does not fix it.

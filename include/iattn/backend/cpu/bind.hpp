@@ -48,6 +48,36 @@ struct slab_io {
   Index onehot = -1;
 };
 
+/// The slab loop of apply_slabs_into for any expression: each slab's (L, nc) input gathered from X
+/// (or a one-hot), run(node, cx, c0, nc, x, y, transposed_op) on it, the result scattered into Y.
+/// Compiled once per scalar type, not once per expression (issue 19 part 5).
+template <class T>
+void slabs_into(const context& cx, const T* X, T* Y, slab_io io,
+                void (*run)(const void*, const context&, Index, Index, const T*, T*, bool), const void* node) {
+  const Index nslabs = (cx.D + slab_width - 1) / slab_width, L = cx.L;
+  parallel_for(nslabs, [&](Index s) {
+    const Index c0 = s * slab_width, nc = std::min(slab_width, cx.D - c0);
+    scratch<T> x(L * nc), y(L * nc);
+    if (io.onehot >= 0) {
+      std::fill(x.data(), x.data() + L * nc, T(0));
+      std::fill(x.data() + io.onehot * nc, x.data() + (io.onehot + 1) * nc, T(1));
+    } else {
+      for (Index t = 0; t < L; ++t) std::copy(X + t * cx.D + c0, X + t * cx.D + c0 + nc, x.data() + t * nc);
+    }
+    run(node, cx, c0, nc, x.data(), y.data(), io.transposed_op);
+    if (io.transpose_out) {
+      constexpr Index tb = 32;  // a block of tokens per pass keeps the slab's rows and Y's lines in cache
+      for (Index t0 = 0; t0 < L; t0 += tb)
+        for (Index c = 0; c < nc; ++c) {
+          T* dst = Y + (c0 + c) * L;
+          for (Index t = t0; t < std::min(L, t0 + tb); ++t) dst[t] = y[t * nc + c];
+        }
+    } else {
+      for (Index t = 0; t < L; ++t) std::copy(y.data() + t * nc, y.data() + (t + 1) * nc, Y + t * cx.D + c0);
+    }
+  });
+}
+
 /// Y = H X (or the variants of slab_io) for a bound expression into the caller's Y, slab by slab
 /// (in parallel): the fused, channel-local pass. A chain that streams (streams_rows_v: diag * scan
 /// * diag * conv) reads X's rows and writes Y's in place; everything else runs on (L, nc) slabs
@@ -55,7 +85,7 @@ struct slab_io {
 template <class T, class Node>
 void apply_slabs_into(const Node& n, const context& cx, const T* X, T* Y, slab_io io = {}) {
   if (cx.L == 0 || cx.D == 0) return;
-  const Index nslabs = (cx.D + slab_width - 1) / slab_width, L = cx.L;
+  const Index L = cx.L;
   if constexpr (streams_rows_v<T, Node>) {
     if (!io.transposed_op && !io.transpose_out && io.onehot < 0) {
       const Index width = streams_elementwise_v<T, Node> ? stream_width(cx.D) : slab_width;
@@ -80,28 +110,11 @@ void apply_slabs_into(const Node& n, const context& cx, const T* X, T* Y, slab_i
       }
     }
   }
-  parallel_for(nslabs, [&](Index s) {
-    const Index c0 = s * slab_width, nc = std::min(slab_width, cx.D - c0);
-    scratch<T> x(L * nc), y(L * nc);
-    if (io.onehot >= 0) {
-      std::fill(x.data(), x.data() + L * nc, T(0));
-      std::fill(x.data() + io.onehot * nc, x.data() + (io.onehot + 1) * nc, T(1));
-    } else {
-      for (Index t = 0; t < L; ++t) std::copy(X + t * cx.D + c0, X + t * cx.D + c0 + nc, x.data() + t * nc);
-    }
-    if (io.transposed_op) slab_eval<Node>::apply_t(n, cx, c0, nc, x.data(), y.data());
-    else slab_eval<Node>::apply(n, cx, c0, nc, x.data(), y.data());
-    if (io.transpose_out) {
-      constexpr Index tb = 32;  // a block of tokens per pass keeps the slab's rows and Y's lines in cache
-      for (Index t0 = 0; t0 < L; t0 += tb)
-        for (Index c = 0; c < nc; ++c) {
-          T* dst = Y + (c0 + c) * L;
-          for (Index t = t0; t < std::min(L, t0 + tb); ++t) dst[t] = y[t * nc + c];
-        }
-    } else {
-      for (Index t = 0; t < L; ++t) std::copy(y.data() + t * nc, y.data() + (t + 1) * nc, Y + t * cx.D + c0);
-    }
-  });
+  slabs_into<T>(cx, X, Y, io, [](const void* node, const context& c, Index c0, Index nc, const T* x, T* y, bool t) {
+    const Node& nd = *static_cast<const Node*>(node);
+    if (t) slab_eval<Node>::apply_t(nd, c, c0, nc, x, y);
+    else slab_eval<Node>::apply(nd, c, c0, nc, x, y);
+  }, &n);
 }
 
 /// Y = H X (H^T X with transposed) for a bound expression, as a new (L, D) matrix.

@@ -82,11 +82,22 @@ using mean_request = detail::mean_request;
 /// whenever the expression allows.
 enum class mean_path { automatic, channels, heads };
 
+/// The channels of an expression as the tile path's driver sees them: evaluators made a chunk of
+/// channels at a time, then asked for tiles. Type-erased, so that the driver is compiled once per
+/// scalar type, not once per expression (issue 19 part 5).
+template <class T>
+struct tile_channels {
+  virtual void prepare(Index c0, Index nc) = 0;  ///< evaluators of channels [c0, c0 + nc), in parallel
+  virtual void block(Index j, Index i0, Index i1, Index j0, Index j1, tile<T> out) const = 0;  ///< of channel c0 + j
+ protected:
+  ~tile_channels() = default;
+};
+
 /// Mean over channels [c0, c1) of H^c (or |H^c|), accumulated tile by tile: channel evaluators
 /// are prepared a chunk of channels at a time, so memory is O(L^2) for the result plus
-/// O(chunk * L * N). The path for expressions that neither mean.hpp nor head_mean.hpp can expand.
-template <class T, class Node>
-Matrix<T> materialize_mean_tiles(const Node& n, const context& cx, mean_request rq) {
+/// O(chunk * L * N). Tiles above (lower) or below (upper) the diagonal are skipped.
+template <class T>
+Matrix<T> mean_of_tiles(tile_channels<T>& ch, const context& cx, mean_request rq, bool lower, bool upper) {
   Matrix<T> out = Matrix<T>::Zero(cx.L, cx.L);
   if (cx.L == 0 || rq.c1 <= rq.c0) return out;
   const Index nb = (cx.L + tile_size - 1) / tile_size;
@@ -94,22 +105,21 @@ Matrix<T> materialize_mean_tiles(const Node& n, const context& cx, mean_request 
   std::vector<tile_id> tiles;
   for (Index bi = 0; bi < nb; ++bi)
     for (Index bj = 0; bj < nb; ++bj) {
-      if (is_lower_v<Node> && bj > bi) continue;
-      if (is_upper_v<Node> && bj < bi) continue;
+      if (lower && bj > bi) continue;
+      if (upper && bj < bi) continue;
       tiles.push_back({bi, bj});
     }
   const Index chunk = std::max<Index>(1, std::min<Index>(rq.c1 - rq.c0, 64));
   for (Index c0 = rq.c0; c0 < rq.c1; c0 += chunk) {
     const Index nc = std::min(chunk, rq.c1 - c0);
-    std::vector<std::optional<channel_eval<Node, T>>> evs(static_cast<std::size_t>(nc));
-    parallel_for(nc, [&](Index j) { evs[std::size_t(j)].emplace(n, cx, c0 + j); });
+    ch.prepare(c0, nc);
     parallel_for(Index(tiles.size()), [&](Index k) {
       const Index i0 = tiles[std::size_t(k)].bi * tile_size, i1 = std::min(cx.L, i0 + tile_size);
       const Index j0 = tiles[std::size_t(k)].bj * tile_size, j1 = std::min(cx.L, j0 + tile_size);
       tile_buffer<T> tmp(i1 - i0, j1 - j0);
       tile<T> dst{out.data() + i0 * cx.L + j0, i1 - i0, j1 - j0, cx.L};
-      for (const auto& ev : evs) {
-        ev->block(i0, i1, j0, j1, tmp.view);
+      for (Index j = 0; j < nc; ++j) {
+        ch.block(j, i0, i1, j0, j1, tmp.view);
         if (rq.abs) dst.map() += tmp.view.map().cwiseAbs();
         else dst.map() += tmp.view.map();
       }
@@ -117,6 +127,26 @@ Matrix<T> materialize_mean_tiles(const Node& n, const context& cx, mean_request 
   }
   out *= T(1) / T(rq.c1 - rq.c0);
   return out;
+}
+
+/// The path for expressions that neither mean.hpp nor head_mean.hpp can expand: mean_of_tiles over
+/// the expression's channel evaluators.
+template <class T, class Node>
+Matrix<T> materialize_mean_tiles(const Node& n, const context& cx, mean_request rq) {
+  struct channels final : tile_channels<T> {
+    const Node& n;
+    const context& cx;
+    std::vector<std::optional<channel_eval<Node, T>>> evs;
+    channels(const Node& n_, const context& cx_) : n(n_), cx(cx_) {}
+    void prepare(Index c0, Index nc) override {
+      evs = std::vector<std::optional<channel_eval<Node, T>>>(std::size_t(nc));
+      parallel_for(nc, [&](Index j) { evs[std::size_t(j)].emplace(n, cx, c0 + j); });
+    }
+    void block(Index j, Index i0, Index i1, Index j0, Index j1, tile<T> out) const override {
+      evs[std::size_t(j)]->block(i0, i1, j0, j1, out);
+    }
+  } ch(n, cx);
+  return mean_of_tiles<T>(ch, cx, rq, is_lower_v<Node>, is_upper_v<Node>);
 }
 
 /// Mean over channels [c0, c1) of H^c or |H^c|: one core per head and rank-P products when the

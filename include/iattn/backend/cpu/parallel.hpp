@@ -4,23 +4,34 @@
 
 #include "../../core/config.hpp"
 
+#include <memory>
+#include <type_traits>
+
 #if defined(_OPENMP)
 #include <omp.h>
 #endif
 
 namespace iattn::cpu_detail {
 
-/// body(i) for i in [0, n), spread over threads with dynamic scheduling.
-template <class Body>
-inline void parallel_for(Index n, Body&& body) {
+/// fn(ctx, i) for i in [0, n), over threads with dynamic scheduling when not nested: the one
+/// OpenMP region of the library, shared by every loop (a region per loop body cost each translation
+/// unit an outlined function and its OpenMP lowering per call site: issue 19 part 5).
+inline void parallel_for_erased(Index n, void (*fn)(void*, Index), void* ctx) {
 #if defined(_OPENMP)
   if (n > 1 && !omp_in_parallel()) {
 #pragma omp parallel for schedule(dynamic, 1)
-    for (Index i = 0; i < n; ++i) body(i);
+    for (Index i = 0; i < n; ++i) fn(ctx, i);
     return;
   }
 #endif
-  for (Index i = 0; i < n; ++i) body(i);
+  for (Index i = 0; i < n; ++i) fn(ctx, i);
+}
+
+/// body(i) for i in [0, n), spread over threads with dynamic scheduling.
+template <class Body>
+inline void parallel_for(Index n, Body&& body) {
+  using B = std::remove_reference_t<Body>;
+  parallel_for_erased(n, [](void* ctx, Index i) { (*static_cast<B*>(ctx))(i); }, const_cast<void*>(static_cast<const void*>(std::addressof(body))));
 }
 
 /// Index of the calling thread inside parallel_for's team, in [0, max_threads()).
