@@ -95,7 +95,7 @@ void apply_into(cpu, Matrix<T>& Y, const H& h, const Eigen::MatrixBase<XD>& X) {
       return;
     }
   }
-  cpu_detail::apply_slabs_into<T>(h, cx, x.data(), Y.data());
+  cpu_detail::apply_slabs_into<T, H, false>(h, cx, x.data(), Y.data());
 }
 template <Operator H, class XD, Scalar T>
 void apply_into(Matrix<T>& Y, const H& h, const Eigen::MatrixBase<XD>& X) {

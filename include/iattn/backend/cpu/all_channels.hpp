@@ -544,6 +544,34 @@ class all_channels {
     P lane[G];
     for (Index gi = 0; gi < G; ++gi) lane[gi] = P::iota(T(gi * W));
     const P zero = P::broadcast(T(0));
+    if constexpr (G == 1) {
+      // One pack per row (AVX-512 float): the running products of SG states at a time stay in
+      // registers through the block's rows, each row's sum added into the panel per group.
+      constexpr Index SG = 8;
+      for (Index q0 = 0; q0 < N; q0 += SG) {
+        const Index nq = std::min(SG, N - q0);
+        P v[SG];
+        for (Index j = 0; j < SG; ++j) v[j] = zero;
+        for (Index u = i0; u < i1; ++u) {
+          const T* f = tb.fac.data() + (q0 * lr + pad + u);
+          const T* z = tb.Z.data() + (q0 * lr + pad + u);
+          const T* Uu = tb.U.data() + (q0 * lr + pad + u);
+          const P kk = P::broadcast(T(fl ? i1 - 1 - u : u - i0));
+          P o = zero;
+#pragma GCC unroll 8
+          for (Index j = 0; j < SG; ++j)
+            if (j < nq) {
+              const P v0 = v[j] * P::broadcast(f[j * lr]), zq = P::broadcast(z[j * lr]);
+              v[j] = fl ? select_ge(lane[0], kk, select_ge(kk, lane[0], zq, v0), zero)
+                        : select_ge(kk, lane[0], select_ge(lane[0], kk, zq, v0), zero);
+              o = fma(P::broadcast(Uu[j * lr]), v[j], o);
+            }
+          T* row = panel + (fl ? i1 - 1 - u : u - i0) * ld_ + col0;
+          (P::load(row) + o).store(row);
+        }
+      }
+      return;
+    }
     for (Index u = i0; u < i1; ++u) {
       const T* f = tb.fac.data() + pad + u;
       const T* z = tb.Z.data() + pad + u;

@@ -82,7 +82,9 @@ void slabs_into(const context& cx, const T* X, T* Y, slab_io io,
 /// (in parallel): the fused, channel-local pass. A chain that streams (streams_rows_v: diag * scan
 /// * diag * conv) reads X's rows and writes Y's in place; everything else runs on (L, nc) slabs
 /// taken from the threads' scratch pools. Y must not alias X.
-template <class T, class Node>
+/// Transposes = false: io.transposed_op is never set (apply), so H^T's evaluators are not
+/// instantiated for expressions that are only applied (issue 19 part 5).
+template <class T, class Node, bool Transposes = true>
 void apply_slabs_into(const Node& n, const context& cx, const T* X, T* Y, slab_io io = {}) {
   if (cx.L == 0 || cx.D == 0) return;
   const Index L = cx.L;
@@ -112,16 +114,18 @@ void apply_slabs_into(const Node& n, const context& cx, const T* X, T* Y, slab_i
   }
   slabs_into<T>(cx, X, Y, io, [](const void* node, const context& c, Index c0, Index nc, const T* x, T* y, bool t) {
     const Node& nd = *static_cast<const Node*>(node);
-    if (t) slab_eval<Node>::apply_t(nd, c, c0, nc, x, y);
-    else slab_eval<Node>::apply(nd, c, c0, nc, x, y);
+    if constexpr (Transposes) {
+      if (t) return slab_eval<Node>::apply_t(nd, c, c0, nc, x, y);
+    }
+    slab_eval<Node>::apply(nd, c, c0, nc, x, y);
   }, &n);
 }
 
-/// Y = H X (H^T X with transposed) for a bound expression, as a new (L, D) matrix.
+/// Y = H X for a bound expression, as a new (L, D) matrix.
 template <class T, class Node>
-Matrix<T> apply_slabs(const Node& n, const context& cx, const Matrix<T>& X, bool transposed = false) {
+Matrix<T> apply_slabs(const Node& n, const context& cx, const Matrix<T>& X) {
   Matrix<T> Y(cx.L, cx.D);
-  apply_slabs_into(n, cx, X.data(), Y.data(), slab_io{transposed, false, -1});
+  apply_slabs_into<T, Node, false>(n, cx, X.data(), Y.data());
   return Y;
 }
 

@@ -147,6 +147,42 @@ void set_head_core(mean_term<T>& one, const Node& node, Index head_dim, Index st
   one.state = state;
 }
 
+/// out += b (a sum's terms); false past max_mean_terms. Like multiply_terms, compiled once per
+/// scalar type rather than inlined into every expression's expansion (issue 19 part 5).
+template <class T>
+bool append_terms(mean_terms<T>& out, mean_terms<T>& b) {
+  for (auto& t : b) out.push_back(std::move(t));
+  return out.size() <= max_mean_terms;
+}
+
+/// out = a b distributed (a product's terms): false when a pair does not fit the form.
+template <class T>
+bool multiply_terms(const mean_terms<T>& a, const mean_terms<T>& b, mean_terms<T>& out) {
+  if (a.size() * b.size() > max_mean_terms) return false;
+  for (const auto& x : a)
+    for (const auto& y : b) {
+      mean_term<T> r;
+      if (x.conv) {  // a convolution must be the rightmost factor
+        if (!y.trivial()) return false;
+        r = x;
+      } else if (x.has_core()) {  // core · diag: y's diagonals join the right-hand side
+        if (y.has_core()) return false;
+        r = x;
+        r.pre.append(y.post);
+        r.pre.append(y.pre);
+        r.conv = y.conv;
+      } else {  // diag · y: x joins y's left-hand diagonal
+        r = y;
+        r.post = x.post;
+        r.post.append(y.post);
+      }
+      r.weight = x.weight * y.weight;
+      if (r.has_core() && r.conv && r.conv->width() > max_mean_conv) return false;
+      out.push_back(std::move(r));
+    }
+  return true;
+}
+
 /// Expands n into out, the one expansion of both mean paths (a product distributes over sums, a
 /// diagonal joins the nearest core's left or right factor, a convolution must stay rightmost);
 /// false when n is not a sum of terms of the form above. Which path can take the terms is decided
@@ -184,34 +220,11 @@ bool expand_terms(const Node& n, const context& cx, mean_terms<T>& out) {
   } else if constexpr (is_sum_node<Node>::value) {
     mean_terms<T> b;
     if (!expand_terms<T>(n.left(), cx, out) || !expand_terms<T>(n.right(), cx, b)) return false;
-    for (auto& t : b) out.push_back(std::move(t));
-    return out.size() <= max_mean_terms;
+    return append_terms(out, b);
   } else if constexpr (is_product_node<Node>::value) {
     mean_terms<T> a, b;
     if (!expand_terms<T>(n.left(), cx, a) || !expand_terms<T>(n.right(), cx, b)) return false;
-    if (a.size() * b.size() > max_mean_terms) return false;
-    for (const auto& x : a)
-      for (const auto& y : b) {
-        mean_term<T> r;
-        if (x.conv) {  // a convolution must be the rightmost factor
-          if (!y.trivial()) return false;
-          r = x;
-        } else if (x.has_core()) {  // core · diag: y's diagonals join the right-hand side
-          if (y.has_core()) return false;
-          r = x;
-          r.pre.append(y.post);
-          r.pre.append(y.pre);
-          r.conv = y.conv;
-        } else {  // diag · y: x joins y's left-hand diagonal
-          r = y;
-          r.post = x.post;
-          r.post.append(y.post);
-        }
-        r.weight = x.weight * y.weight;
-        if (r.has_core() && r.conv && r.conv->width() > max_mean_conv) return false;
-        out.push_back(std::move(r));
-      }
-    return true;
+    return multiply_terms(a, b, out);
   } else {
     return false;
   }
