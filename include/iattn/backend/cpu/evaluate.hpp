@@ -53,19 +53,57 @@ void structured_block(const channel_eval<Node, T>& ev, Index i0, Index i1, Index
   ev.block(i0, i1, j0, j1, out);
 }
 
-/// Channel c's (L, L) matrix into out (L * L, row-major): every entry written.
-template <class T, class Node>
-void materialize_into(const Node& n, const context& cx, Index c, T* out) {
-  if (cx.L == 0) return;
-  const channel_eval<Node, T> ev(n, cx, c);
+/// The channels of an expression as the tile drivers see them: evaluators made a chunk of channels
+/// at a time, then asked for tiles. Type-erased, so that the drivers (one channel's matrix, the
+/// tile path's mean) are compiled once per scalar type, and an expression's evaluators once, not
+/// once per driver (issue 19 part 5).
+template <class T>
+struct tile_channels {
+  virtual void prepare(Index c0, Index nc) = 0;  ///< evaluators of channels [c0, c0 + nc), in parallel
+  virtual void block(Index j, Index i0, Index i1, Index j0, Index j1, tile<T> out) const = 0;  ///< of channel c0 + j
+ protected:
+  ~tile_channels() = default;
+};
+
+/// channel_eval<Node, T> behind tile_channels: the one place the tile drivers make and ask them.
+template <class Node, class T>
+struct channel_tiles final : tile_channels<T> {
+  const Node& n;
+  const context& cx;
+  std::vector<std::optional<channel_eval<Node, T>>> evs;
+  channel_tiles(const Node& n_, const context& cx_) : n(n_), cx(cx_) {}
+  void prepare(Index c0, Index nc) override {
+    evs = std::vector<std::optional<channel_eval<Node, T>>>(std::size_t(nc));
+    parallel_for(nc, [&](Index j) { evs[std::size_t(j)].emplace(n, cx, c0 + j); });
+  }
+  void block(Index j, Index i0, Index i1, Index j0, Index j1, tile<T> out) const override {
+    evs[std::size_t(j)]->block(i0, i1, j0, j1, out);
+  }
+};
+
+/// The prepared channel 0 of ch as an (L, L) matrix into out (L * L, row-major): every entry
+/// written, tiles above (lower) or below (upper) the diagonal as zeros.
+template <class T>
+void materialize_tiles(const tile_channels<T>& ch, const context& cx, T* out, bool lower, bool upper) {
   const Index nb = (cx.L + tile_size - 1) / tile_size;
   parallel_for(nb, [&](Index bi) {
     const Index i0 = bi * tile_size, i1 = std::min(cx.L, i0 + tile_size);
     for (Index bj = 0; bj < nb; ++bj) {
       const Index j0 = bj * tile_size, j1 = std::min(cx.L, j0 + tile_size);
-      structured_block(ev, i0, i1, j0, j1, tile<T>{out + i0 * cx.L + j0, i1 - i0, j1 - j0, cx.L});
+      tile<T> dst{out + i0 * cx.L + j0, i1 - i0, j1 - j0, cx.L};
+      if ((lower && j0 >= i1) || (upper && i0 >= j1)) dst.set_zero();
+      else ch.block(0, i0, i1, j0, j1, dst);
     }
   });
+}
+
+/// Channel c's (L, L) matrix into out (L * L, row-major): every entry written.
+template <class T, class Node>
+void materialize_into(const Node& n, const context& cx, Index c, T* out) {
+  if (cx.L == 0) return;
+  channel_tiles<Node, T> ch(n, cx);
+  ch.prepare(c, 1);
+  materialize_tiles<T>(ch, cx, out, is_lower_v<Node>, is_upper_v<Node>);
 }
 template <class T, class Node>
 Matrix<T> materialize(const Node& n, const context& cx, Index c) {
@@ -81,17 +119,6 @@ using mean_request = detail::mean_request;
 /// wkv_mean.hpp's (mean.hpp's (channel, state) GEMMs, else tiles), `heads` takes head_mean.hpp's
 /// whenever the expression allows.
 enum class mean_path { automatic, channels, heads };
-
-/// The channels of an expression as the tile path's driver sees them: evaluators made a chunk of
-/// channels at a time, then asked for tiles. Type-erased, so that the driver is compiled once per
-/// scalar type, not once per expression (issue 19 part 5).
-template <class T>
-struct tile_channels {
-  virtual void prepare(Index c0, Index nc) = 0;  ///< evaluators of channels [c0, c0 + nc), in parallel
-  virtual void block(Index j, Index i0, Index i1, Index j0, Index j1, tile<T> out) const = 0;  ///< of channel c0 + j
- protected:
-  ~tile_channels() = default;
-};
 
 /// Mean over channels [c0, c1) of H^c (or |H^c|), accumulated tile by tile: channel evaluators
 /// are prepared a chunk of channels at a time, so memory is O(L^2) for the result plus
@@ -133,19 +160,7 @@ Matrix<T> mean_of_tiles(tile_channels<T>& ch, const context& cx, mean_request rq
 /// the expression's channel evaluators.
 template <class T, class Node>
 Matrix<T> materialize_mean_tiles(const Node& n, const context& cx, mean_request rq) {
-  struct channels final : tile_channels<T> {
-    const Node& n;
-    const context& cx;
-    std::vector<std::optional<channel_eval<Node, T>>> evs;
-    channels(const Node& n_, const context& cx_) : n(n_), cx(cx_) {}
-    void prepare(Index c0, Index nc) override {
-      evs = std::vector<std::optional<channel_eval<Node, T>>>(std::size_t(nc));
-      parallel_for(nc, [&](Index j) { evs[std::size_t(j)].emplace(n, cx, c0 + j); });
-    }
-    void block(Index j, Index i0, Index i1, Index j0, Index j1, tile<T> out) const override {
-      evs[std::size_t(j)]->block(i0, i1, j0, j1, out);
-    }
-  } ch(n, cx);
+  channel_tiles<Node, T> ch(n, cx);
   return mean_of_tiles<T>(ch, cx, rq, is_lower_v<Node>, is_upper_v<Node>);
 }
 
