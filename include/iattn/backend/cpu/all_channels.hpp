@@ -395,7 +395,6 @@ class all_channels {
     }
   }
 
-  /// Output rows of panel p of one term with a core, added into the panel.
   /// Output rows of panel p of one term with a core: its products left (forward) or right (flipped)
   /// of the middle columns straight into dst (the output's row r0, written when `written` is false,
   /// added to otherwise; set), the rest added into the panel.
@@ -536,8 +535,6 @@ class all_channels {
     using P = Pk<W>;
     constexpr Index G = (panel_rows + W - 1) / W;  // packs per row of the block
     const Index lr = lr_;
-    T* acc = sized(s.acc, N * G * W);
-    std::fill(acc, acc + N * G * W, T(0));
     // Panel column of lane 0: forward sig = i0 -> i0 - K + 1 + off; flipped lane k is sig = i1-1-k,
     // output column L-1-(i1-1-k-K+1) = L - i1 + K - 1 + k.
     const Index col0 = fl ? panel_col(true, i1 - 1 - K + 1, r0) : panel_col(false, i0 - K + 1, r0);
@@ -572,6 +569,8 @@ class all_channels {
       }
       return;
     }
+    T* acc = sized(s.acc, N * G * W);
+    std::fill(acc, acc + N * G * W, T(0));
     for (Index u = i0; u < i1; ++u) {
       const T* f = tb.fac.data() + pad + u;
       const T* z = tb.Z.data() + pad + u;

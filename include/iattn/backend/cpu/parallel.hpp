@@ -13,6 +13,15 @@
 
 namespace iattn::cpu_detail {
 
+// The loop layer's functions are not templates, so translation units compiled with and without
+// OpenMP would define the same inline functions differently (and the linker keep one of them for
+// all): an inline namespace per mode gives the two definitions different names.
+#if defined(_OPENMP)
+inline namespace loops_openmp {
+#else
+inline namespace loops_serial {
+#endif
+
 /// fn(ctx, i) for i in [0, n), over threads with dynamic scheduling when not nested: the one
 /// OpenMP region of the library, shared by every loop (a region per loop body cost each translation
 /// unit an outlined function and its OpenMP lowering per call site: issue 19 part 5).
@@ -49,5 +58,7 @@ inline int max_threads() {
   return 1;
 #endif
 }
+
+}  // inline namespace loops_openmp / loops_serial
 
 }  // namespace iattn::cpu_detail
