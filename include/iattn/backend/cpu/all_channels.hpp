@@ -213,7 +213,7 @@ class all_channels {
       for (std::size_t k = 0; k < terms_.size(); ++k) {
         const all_term<T>& a = terms_[k];
         if (a.term.S)
-          core_rows(a, s.tab[k], p, panel, out + r0 * L_, a.flipped ? right : left, s);
+          core_rows(a, s.tab[k], p, m0, m1, panel, out + r0 * L_, a.flipped ? right : left, s);
         else
           band_rows(a, c, g.post[k].data() + c * L_, r0, r1, panel);
       }
@@ -396,9 +396,10 @@ class all_channels {
   }
 
   /// Output rows of panel p of one term with a core: its products left (forward) or right (flipped)
-  /// of the middle columns straight into dst (the output's row r0, written when `written` is false,
+  /// of the middle columns [m0, m1) straight into dst (the output's row r0, written when `written` is false,
   /// added to otherwise; set), the rest added into the panel.
-  void core_rows(const all_term<T>& a, const tables& tb, Index p, T* panel, T* dst, bool& written, scratch& s) const {
+  void core_rows(const all_term<T>& a, const tables& tb, Index p, Index m0, Index m1, T* panel, T* dst, bool& written,
+                 scratch& s) const {
     const mean_term<T>& m = a.term;
     const Index N = m.S->state(), K = m.width(), lr = lr_;
     const bool fl = a.flipped;
@@ -440,7 +441,6 @@ class all_channels {
       // columns outside the middle [r0 - off, r0 + panel_rows + off) go to dst: no other term
       // reaches them in this direction but the same direction's products.
       const Index col0 = fl ? L_ - i0 + K - 1 : 0;
-      const Index m0 = std::max<Index>(0, r0 - off_), m1 = std::min(L_, r0 + n + off_);
       const Index xm0 = fl ? 0 : m0, xm1 = fl ? std::min(nc, m1 - col0) : nc;  // x of the middle
       const T* a0 = tb.ct.data() + pad + (fl ? i1 - 1 : i0);
       if (xm0 < xm1) product<true>(a0, fl ? -1 : 1, lr, n, wp, ncp, N, xm0, xm1, panel + col0 + xm0 - r0 + off_, ld_);
@@ -529,6 +529,14 @@ class all_channels {
       }
   }
 
+  /// The pack of a diagonal block's running products after row k: lane k takes z, the lanes injected
+  /// before it (below k forward, above k flipped) keep v, the others are 0.
+  template <class P>
+  static P inject(bool fl, P lane, P kk, P z, P v) {
+    const P zero = P::broadcast(T(0));
+    return fl ? select_ge(lane, kk, select_ge(kk, lane, z, v), zero) : select_ge(kk, lane, select_ge(lane, kk, z, v), zero);
+  }
+
   /// G inside the diagonal block [i0, i1): row u adds sum_m U[u, m] acc[m][k], acc[m][k] the
   /// running product E(sig_k+1 .. u)[m] Z[sig_k, m] (0 until the row reaches sig_k).
   void diagonal_block(const tables& tb, Index N, Index K, bool fl, Index i0, Index i1, Index r0, T* panel, scratch& s) const {
@@ -559,8 +567,7 @@ class all_channels {
           for (Index j = 0; j < SG; ++j)
             if (j < nq) {
               const P v0 = v[j] * P::broadcast(f[j * lr]), zq = P::broadcast(z[j * lr]);
-              v[j] = fl ? select_ge(lane[0], kk, select_ge(kk, lane[0], zq, v0), zero)
-                        : select_ge(kk, lane[0], select_ge(lane[0], kk, zq, v0), zero);
+              v[j] = inject(fl, lane[0], kk, zq, v0);
               o = fma(P::broadcast(Uu[j * lr]), v[j], o);
             }
           T* row = panel + (fl ? i1 - 1 - u : u - i0) * ld_ + col0;
@@ -590,8 +597,7 @@ class all_channels {
         if (gi == gk) {
           for (Index q = 0; q < N; ++q) {
             const P v0 = P::load(ag + q * G * W) * P::broadcast(f[q * lr]), zq = P::broadcast(z[q * lr]);
-            const P v = fl ? select_ge(lane[gi], kk, select_ge(kk, lane[gi], zq, v0), zero)
-                           : select_ge(kk, lane[gi], select_ge(lane[gi], kk, zq, v0), zero);
+            const P v = inject(fl, lane[gi], kk, zq, v0);
             v.store(ag + q * G * W);
             og = fma(P::broadcast(Uu[q * lr]), v, og);
           }

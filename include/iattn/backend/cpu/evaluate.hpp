@@ -43,10 +43,16 @@ inline constexpr bool contains_v<Leaf, Flip<A>> = contains_v<Leaf, A>;
 template <class Leaf, class A>
 inline constexpr bool contains_v<Leaf, RowNormalize<A>> = contains_v<Leaf, A>;
 
+/// Whether tile [i0, i1) x [j0, j1) of a lower (upper) triangular matrix lies wholly above (below)
+/// its diagonal.
+inline bool zero_tile(bool lower, bool upper, Index i0, Index i1, Index j0, Index j1) {
+  return (lower && j0 >= i1) || (upper && i0 >= j1);
+}
+
 /// Writes tile (bi, bj) of channel c's matrix, or zeros where the structure says so.
 template <class Node, class T>
 void structured_block(const channel_eval<Node, T>& ev, Index i0, Index i1, Index j0, Index j1, tile<T> out) {
-  if ((is_lower_v<Node> && j0 >= i1) || (is_upper_v<Node> && i0 >= j1)) {
+  if (zero_tile(is_lower_v<Node>, is_upper_v<Node>, i0, i1, j0, j1)) {
     out.set_zero();
     return;
   }
@@ -91,7 +97,7 @@ void materialize_tiles(const tile_channels<T>& ch, const context& cx, T* out, bo
     for (Index bj = 0; bj < nb; ++bj) {
       const Index j0 = bj * tile_size, j1 = std::min(cx.L, j0 + tile_size);
       tile<T> dst{out + i0 * cx.L + j0, i1 - i0, j1 - j0, cx.L};
-      if ((lower && j0 >= i1) || (upper && i0 >= j1)) dst.set_zero();
+      if (zero_tile(lower, upper, i0, i1, j0, j1)) dst.set_zero();
       else ch.block(0, i0, i1, j0, j1, dst);
     }
   });
