@@ -216,7 +216,7 @@ void materialize_all_into(cpu, Tensor3<T>& out, const H& h, Index L = any) {
     detail::fail(where, "out has shape (" + std::to_string(out.dims[0]) + ", " + std::to_string(out.dims[1]) + ", " +
                             std::to_string(out.dims[2]) + ") but expected (D=" + std::to_string(D) + ", L=" +
                             std::to_string(L) + ", L=" + std::to_string(L) + ")");
-  cpu_detail::materialize_all<T>(h, cpu_detail::context{L, D}, out.data());
+  cpu_detail::materialize_all<T>(h, cpu_detail::context{L, D}, out.data(), false);
 }
 template <Operator H, Scalar T>
 void materialize_all_into(Tensor3<T>& out, const H& h, Index L = any) {
@@ -229,7 +229,7 @@ auto materialize_all(cpu, const H& h, Index L = any) {
   using T = detail::eval_scalar_t<H, double>;
   L = detail::resolve_mean_length(h, L, "materialize_all");
   Tensor3<T> out(h.channels(), L, L);
-  cpu_detail::materialize_all<T>(h, cpu_detail::context{L, h.channels()}, out.data());
+  cpu_detail::materialize_all<T>(h, cpu_detail::context{L, h.channels()}, out.data(), true);
   return out;
 }
 template <Operator H>

@@ -379,6 +379,60 @@ TEST_CASE("materialize_all: flipped and forward diag * S * diag * conv terms aga
   for (Index c = 0; c < 6; ++c) REQUIRE(all.slice(c) == materialize(mixed, c));
 }
 
+TEST_CASE("materialize_all: a result large enough to be streamed out", "[head_mean][all]") {
+  // D L^2 floats >= stream_min_bytes: every row panel is formed in the cache and copied out with
+  // streaming stores. L odd, so channels and panels start at every alignment; the tensor holds
+  // other values first, so an element left unwritten shows.
+  using namespace iattn;
+  const Index L = 301, D = 64, N = 4;
+  REQUIRE(std::size_t(D * L * L) * sizeof(float) >= cpu_detail::stream_min_bytes);
+  const MatD dt = uniform<double>(L, D, 0.01, 0.4), A = uniform<double>(D, N, -1.5, -0.05);
+  const MatD B = normal<double>(L, N), C = normal<double>(L, N), z = normal<double>(L, D), w = normal<double>(4, D, 0.5);
+  const MatD lamb = uniform<double>(L, D, -0.8, -0.01), Bb = normal<double>(L, N), Cb = normal<double>(L, N);
+  auto f = [](const MatD& x) { return Mat<float>(x.cast<float>()); };
+  const auto Sf = semiseparable(factored_decay(f(dt), f(A)), f(B), f(C), {.heads = D});
+  const auto Sb = semiseparable(f(lamb), f(Bb), f(Cb), {.heads = D});
+  const auto h = diagonal(f(z)) * Sf * diagonal(f(dt)) * causal_conv(f(w)) + flip(Sb * causal_conv(f(w)));
+  std::vector<cpu_detail::all_term<float>> terms;
+  REQUIRE(cpu_detail::expand_all_terms<float>(h, cpu_detail::context{L, D}, terms));
+  Tensor3<float> all(D, L, L, 7.f);
+  materialize_all_into(all, h);
+  for (Index c = 0; c < D; ++c) {
+    INFO("channel " << c);
+    check_close(all.slice(c), MatD(materialize(h, c).cast<double>()), tol<float>());  // the tile path
+  }
+  for (Index c : {Index(0), Index(37)}) {  // and plain loops in double
+    INFO("channel " << c << " against the dense oracle");
+    MatD lamf(L, D * N);
+    for (Index t = 0; t < L; ++t)
+      for (Index d = 0; d < D; ++d)
+        for (Index m = 0; m < N; ++m) lamf(t, d * N + m) = dt(t, d) * A(d, m);
+    const MatD fw = dense_diagonal(z, c, L) * dense_semiseparable(lamf, B, C, D, 1, 1, c) * dense_diagonal(dt, c, L) *
+                    dense_conv(w, c, L);
+    const MatD bw = dense_semiseparable(lamb, Bb, Cb, D, 1, 1, c) * dense_conv(w, c, L);
+    MatD ref = fw;
+    for (Index t = 0; t < L; ++t)
+      for (Index u = 0; u < L; ++u) ref(t, u) += bw(L - 1 - t, L - 1 - u);
+    check_close(all.slice(c), ref, tol<float>());
+  }
+}
+
+TEST_CASE("stream_copy: every alignment and length", "[head_mean][all]") {
+  std::vector<float> src(600), dst(700);
+  for (std::size_t i = 0; i < src.size(); ++i) src[i] = float(i) + 0.5f;
+  for (Index off = 0; off < 20; ++off)
+    for (Index n : {0, 1, 3, 15, 16, 17, 31, 64, 65, 100, 255, 256, 257, 511, 600}) {
+      std::fill(dst.begin(), dst.end(), -1.f);
+      iattn::cpu_detail::stream_copy(dst.data() + off, src.data(), n);
+      iattn::cpu_detail::stream_fence();
+      Index wrong = 0;
+      for (Index i = 0; i < Index(dst.size()); ++i)
+        wrong += dst[std::size_t(i)] != (i >= off && i < off + n ? src[std::size_t(i - off)] : -1.f);
+      INFO("offset " << off << ", n " << n);
+      REQUIRE(wrong == 0);
+    }
+}
+
 TEST_CASE("head mean: expressions without heads, empty sequences", "[head_mean]") {
   using namespace iattn;
   const Index L = 30, D = 4, N = 3;

@@ -38,6 +38,7 @@
 #include "parallel.hpp"
 #include "product.hpp"
 #include "simd.hpp"
+#include "stream.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -88,10 +89,13 @@ class all_channels {
  public:
   static constexpr Index panel_rows = 16;  ///< tokens per row panel (and per block of G)
 
-  all_channels(const std::vector<all_term<T>>& terms, const context& cx) : terms_(terms), L_(cx.L), D_(cx.D) {
+  /// fresh: out is newly allocated (its pages not yet touched: streaming stores there are slower
+  /// than plain ones, which find each page in the cache after the kernel zeroed it).
+  all_channels(const std::vector<all_term<T>>& terms, const context& cx, bool fresh)
+      : terms_(terms), L_(cx.L), D_(cx.D),
+        stream_(!fresh && std::size_t(cx.D * cx.L * cx.L) * sizeof(T) >= stream_min_bytes) {
     for (const auto& a : terms_) maxK_ = std::max(maxK_, a.term.width());
     off_ = maxK_ - 1;
-    ld_ = (2 * off_ + diag_cols + 2 * W - 1) / W * W;
     np_ = (L_ + panel_rows - 1) / panel_rows;
     lr_ = pad + (L_ + W - 1) / W * W + W;
     // Block edges in a term's own order, ascending: output panels [r0, r1) are its blocks [r0, r1)
@@ -125,7 +129,6 @@ class all_channels {
   static constexpr int product_cols = 3;                     ///< packs of columns per register block
   static constexpr Index NR = product_cols * W;              ///< columns per register block
   static constexpr Index pad = (max_mean_conv + W - 1) / W * W;  ///< tokens before u = 0 in a table row
-  static constexpr Index diag_cols = (panel_rows + W - 1) / W * W;  ///< columns of a diagonal block's packs
 
   // Per-channel tables are state-major: entry (m, u) at m * lr_ + pad + u, so every pass over the
   // tokens is a run of whole packs, shifted loads reach back up to pad tokens, and the pads hold
@@ -149,7 +152,8 @@ class all_channels {
   }
 
   const std::vector<all_term<T>>& terms_;
-  Index L_, D_, maxK_ = 1, off_ = 0, ld_ = 0, np_ = 0, lr_ = 0;
+  Index L_, D_, maxK_ = 1, off_ = 0, np_ = 0, lr_ = 0;
+  bool stream_;  // the result is streamed out (stream.hpp): larger than the caches, already touched
   std::vector<std::vector<T>> bt_, ct_;
   std::vector<Index> edges_[2];  // [flipped]
 
@@ -204,32 +208,37 @@ class all_channels {
     if (s.tab.size() < terms_.size()) s.tab.resize(terms_.size());
     for (std::size_t k = 0; k < terms_.size(); ++k)
       if (terms_[k].term.S) prepare(terms_[k], c, k, g, s.tab[k], s);
-    T* panel = sized(s.panel, panel_rows * ld_);
+    // Rows [r0, r1) of the output, laid out as there (stride L), formed in the cache and copied
+    // out at once: their panel_rows * L values are contiguous in out.
+    T* panel = aligned64(sized(s.panel, panel_rows * L_ + 64 / Index(sizeof(T))));
     for (Index p = 0; p < np_; ++p) {
       const Index r0 = p * panel_rows, r1 = std::min(L_, r0 + panel_rows);
       const Index m0 = std::max<Index>(0, r0 - off_), m1 = std::min(L_, r1 + off_);  // the middle columns
-      std::fill(panel, panel + (r1 - r0) * ld_, T(0));
+      for (Index t = r0; t < r1; ++t) std::fill(panel + (t - r0) * L_ + m0, panel + (t - r0) * L_ + m1, T(0));
       bool left = false, right = false;  // whether [0, m0) and [m1, L) of rows [r0, r1) are written
       for (std::size_t k = 0; k < terms_.size(); ++k) {
         const all_term<T>& a = terms_[k];
         if (a.term.S)
-          core_rows(a, s.tab[k], p, m0, m1, panel, out + r0 * L_, a.flipped ? right : left, s);
+          core_rows(a, s.tab[k], p, m0, m1, panel, a.flipped ? right : left, s);
         else
           band_rows(a, c, g.post[k].data() + c * L_, r0, r1, panel);
       }
       for (Index t = r0; t < r1; ++t) {
-        T* row = out + t * L_;
+        T* row = panel + (t - r0) * L_;
         if (!left) std::fill(row, row + m0, T(0));
-        std::copy(panel + (t - r0) * ld_ + m0 - r0 + off_, panel + (t - r0) * ld_ + m1 - r0 + off_, row + m0);
         if (!right) std::fill(row + m1, row + L_, T(0));
       }
+      if (stream_)
+        stream_copy(out + r0 * L_, panel, (r1 - r0) * L_);
+      else
+        std::copy(panel, panel + (r1 - r0) * L_, out + r0 * L_);
     }
+    if (stream_) stream_fence();
   }
 
-  // Output row of the term's entry (u, s'), and its column as a column of the panel of output rows
-  // [r0, r0 + panel_rows), which holds output columns [r0 - off, r0 + panel_rows + off) and a margin.
+  // Output row and column of the term's entry (u, s').
   Index out_row(bool flipped, Index u) const { return flipped ? L_ - 1 - u : u; }
-  Index panel_col(bool flipped, Index sp, Index r0) const { return (flipped ? L_ - 1 - sp : sp) - r0 + off_; }
+  Index out_col(bool flipped, Index sp) const { return flipped ? L_ - 1 - sp : sp; }
 
   /// A term without a core: H[u, u - lag] = w post[u] tap(lag).
   void band_rows(const all_term<T>& a, Index c, const T* post, Index r0, Index r1, T* panel) const {
@@ -238,7 +247,7 @@ class all_channels {
     for (Index t = r0; t < r1; ++t) {
       const Index u = out_row(a.flipped, t);
       for (Index lag = 0; lag < K && lag <= u; ++lag)
-        panel[(t - r0) * ld_ + panel_col(a.flipped, u - lag, r0)] += post[u] * (m.conv ? m.conv->tap(lag, c) : T(1));
+        panel[(t - r0) * L_ + out_col(a.flipped, u - lag)] += post[u] * (m.conv ? m.conv->tap(lag, c) : T(1));
     }
   }
 
@@ -395,10 +404,10 @@ class all_channels {
     }
   }
 
-  /// Output rows of panel p of one term with a core: its products left (forward) or right (flipped)
-  /// of the middle columns [m0, m1) straight into dst (the output's row r0, written when `written` is false,
-  /// added to otherwise; set), the rest added into the panel.
-  void core_rows(const all_term<T>& a, const tables& tb, Index p, Index m0, Index m1, T* panel, T* dst, bool& written,
+  /// Output rows of panel p of one term with a core, into the panel (rows [r0, r1) of the output, row
+  /// stride L): its products left (forward) or right (flipped) of the middle columns [m0, m1) written
+  /// when `written` is false, added otherwise (set), the rest added.
+  void core_rows(const all_term<T>& a, const tables& tb, Index p, Index m0, Index m1, T* panel, bool& written,
                  scratch& s) const {
     const mean_term<T>& m = a.term;
     const Index N = m.S->state(), K = m.width(), lr = lr_;
@@ -406,7 +415,6 @@ class all_channels {
     const Index b = fl ? np_ - 1 - p : p;  // the term's block
     const std::vector<Index>& edges = edges_[fl];
     const Index i0 = edges[std::size_t(b)], i1 = edges[std::size_t(b) + 1], n = i1 - i0;
-    const Index r0 = p * panel_rows;
     // 1. Below the diagonal block: columns sig in [K-1, i0), as panel columns ascending.
     const Index lo = K - 1;
     if (i0 > lo) {
@@ -438,32 +446,32 @@ class all_channels {
       for (Index q = 0; q < N; ++q) std::fill(wp + q * ncp + nc, wp + (q + 1) * ncp, T(0));
       // Output column of x: forward sig - K + 1 = x (sig = lo .. i0-1); flipped L-1-(sig-K+1) = col0 + x,
       // ascending as sig descends from i0-1. Rows: u ascending forward, descending flipped. The
-      // columns outside the middle [r0 - off, r0 + panel_rows + off) go to dst: no other term
-      // reaches them in this direction but the same direction's products.
+      // columns outside the middle [r0 - off, r0 + panel_rows + off): no other term reaches them in
+      // this direction but the same direction's products.
       const Index col0 = fl ? L_ - i0 + K - 1 : 0;
       const Index xm0 = fl ? 0 : m0, xm1 = fl ? std::min(nc, m1 - col0) : nc;  // x of the middle
       const T* a0 = tb.ct.data() + pad + (fl ? i1 - 1 : i0);
-      if (xm0 < xm1) product<true>(a0, fl ? -1 : 1, lr, n, wp, ncp, N, xm0, xm1, panel + col0 + xm0 - r0 + off_, ld_);
-      const Index xd0 = fl ? std::max<Index>(0, xm1) : 0, xd1 = fl ? nc : std::min(nc, m0);  // x of dst
+      if (xm0 < xm1) product<true>(a0, fl ? -1 : 1, lr, n, wp, ncp, N, xm0, xm1, panel + col0 + xm0, L_);
+      const Index xd0 = fl ? std::max<Index>(0, xm1) : 0, xd1 = fl ? nc : std::min(nc, m0);  // x outside
       if (xd0 < xd1) {
         if (written)
-          product<true>(a0, fl ? -1 : 1, lr, n, wp, ncp, N, xd0, xd1, dst + col0 + xd0, L_);
+          product<true>(a0, fl ? -1 : 1, lr, n, wp, ncp, N, xd0, xd1, panel + col0 + xd0, L_);
         else
-          product<false>(a0, fl ? -1 : 1, lr, n, wp, ncp, N, xd0, xd1, dst + col0 + xd0, L_);
+          product<false>(a0, fl ? -1 : 1, lr, n, wp, ncp, N, xd0, xd1, panel + col0 + xd0, L_);
         written = true;
       }
     }
     // 2. The diagonal block: lanes k are columns sig = i0 + k (forward) or i1 - 1 - k (flipped).
-    diagonal_block(tb, N, K, fl, i0, i1, r0, panel, s);
+    diagonal_block(tb, N, K, fl, i0, i1, panel, s);
     // 3. The band above G's diagonal, output columns s' in (u-K+1, u]:
     //    sum over lag <= u - s' of tap(lag) core[u - s' - lag][u].
     if (K > 1)
       for (Index u = i0; u < i1; ++u) {
-        T* row = panel + (fl ? i1 - 1 - u : u - i0) * ld_;
+        T* row = panel + (fl ? i1 - 1 - u : u - i0) * L_;
         for (Index sp = std::max<Index>(0, u - K + 2); sp <= u; ++sp) {
           T v = 0;
           for (Index lag = 0; sp + lag <= u; ++lag) v += tb.tap[std::size_t(lag)] * tb.core[std::size_t((u - sp - lag) * lr + pad + u)];
-          row[panel_col(fl, sp, r0)] += v;
+          row[out_col(fl, sp)] += v;
         }
       }
   }
@@ -539,13 +547,13 @@ class all_channels {
 
   /// G inside the diagonal block [i0, i1): row u adds sum_m U[u, m] acc[m][k], acc[m][k] the
   /// running product E(sig_k+1 .. u)[m] Z[sig_k, m] (0 until the row reaches sig_k).
-  void diagonal_block(const tables& tb, Index N, Index K, bool fl, Index i0, Index i1, Index r0, T* panel, scratch& s) const {
+  void diagonal_block(const tables& tb, Index N, Index K, bool fl, Index i0, Index i1, T* panel, scratch& s) const {
     using P = Pk<W>;
     constexpr Index G = (panel_rows + W - 1) / W;  // packs per row of the block
     const Index lr = lr_;
-    // Panel column of lane 0: forward sig = i0 -> i0 - K + 1 + off; flipped lane k is sig = i1-1-k,
+    // Output column of lane 0: forward sig = i0 -> i0 - K + 1; flipped lane k is sig = i1-1-k,
     // output column L-1-(i1-1-k-K+1) = L - i1 + K - 1 + k.
-    const Index col0 = fl ? panel_col(true, i1 - 1 - K + 1, r0) : panel_col(false, i0 - K + 1, r0);
+    const Index col0 = fl ? out_col(true, i1 - 1 - K + 1) : out_col(false, i0 - K + 1);
     P lane[G];
     for (Index gi = 0; gi < G; ++gi) lane[gi] = P::iota(T(gi * W));
     const P zero = P::broadcast(T(0));
@@ -570,8 +578,7 @@ class all_channels {
               v[j] = inject(fl, lane[0], kk, zq, v0);
               o = fma(P::broadcast(Uu[j * lr]), v[j], o);
             }
-          T* row = panel + (fl ? i1 - 1 - u : u - i0) * ld_ + col0;
-          (P::load(row) + o).store(row);
+          add_lanes(panel + (fl ? i1 - 1 - u : u - i0) * L_, col0, o);
         }
       }
       return;
@@ -610,19 +617,32 @@ class all_channels {
         }
         o[gi] = og;
       }
-      T* row = panel + (fl ? i1 - 1 - u : u - i0) * ld_ + col0;
-      for (Index gi = ga; gi < gb; ++gi) (P::load(row + gi * W) + o[gi]).store(row + gi * W);
+      T* row = panel + (fl ? i1 - 1 - u : u - i0) * L_;
+      for (Index gi = ga; gi < gb; ++gi) add_lanes(row, col0 + gi * W, o[gi]);
     }
+  }
+
+  /// row[col + j] += lane j of o, for the columns inside [0, L) only: a diagonal block's packs
+  /// reach past the matrix's first and last columns (lanes of no column, dropped).
+  void add_lanes(T* row, Index col, Pk<W> o) const {
+    using P = Pk<W>;
+    if (col >= 0 && col + W <= L_) {
+      (P::load(row + col) + o).store(row + col);
+      return;
+    }
+    alignas(64) T lanes[W];
+    o.store(lanes);
+    for (Index j = std::max<Index>(0, -col); j < W && col + j < L_; ++j) row[col + j] += lanes[j];
   }
 };
 
 /// Every channel's matrix of n into out (D, L, L) through all_channels when n expands into terms it
-/// takes; false (out untouched) otherwise.
+/// takes; false (out untouched) otherwise. fresh: out is newly allocated.
 template <class T, class Node>
-bool materialize_all_terms(const Node& n, const context& cx, T* out) {
+bool materialize_all_terms(const Node& n, const context& cx, T* out, bool fresh) {
   std::vector<all_term<T>> terms;
   if (!expand_all_terms<T>(n, cx, terms)) return false;
-  all_channels<T>(terms, cx).run(out);
+  all_channels<T>(terms, cx, fresh).run(out);
   return true;
 }
 

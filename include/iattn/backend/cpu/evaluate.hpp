@@ -225,13 +225,13 @@ void materialize_head_means(const Node& n, const context& cx, Index P, bool abs,
 /// Every channel's matrix into out (D, L, L), row-major [c][t][s]: sums of diag * S * diag * conv
 /// terms and their flips by row panels (all_channels.hpp); otherwise in parallel over channels, each
 /// evaluator writing its tiles straight into its slice (tiles above the diagonal of a causal
-/// expression set to zero, once), no temporaries.
+/// expression set to zero, once), no temporaries. fresh: out is newly allocated (untouched pages).
 template <class T, class Node>
-void materialize_all(const Node& n, const context& cx, T* out) {
+void materialize_all(const Node& n, const context& cx, T* out, bool fresh) {
   const Index L = cx.L, nb = (L + tile_size - 1) / tile_size;
   if (L == 0) return;
   if constexpr (contains_v<Semiseparable<T>, Node>) {
-    if (materialize_all_terms<T>(n, cx, out)) return;  // sums of diag * S * diag * conv, and flips
+    if (materialize_all_terms<T>(n, cx, out, fresh)) return;  // sums of diag * S * diag * conv, and flips
   }
   parallel_for(cx.D, [&](Index c) {
     const channel_eval<Node, T> ev(n, cx, c);
