@@ -134,7 +134,7 @@ class all_channels {
   // tokens is a run of whole packs, shifted loads reach back up to pad tokens, and the pads hold
   // neutral values (decay 1, everything else 0).
   struct tables {
-    std::vector<T> fac, U, Bp, Z, ct, bt, core;  // (N, lr) each but core (K - 1, lr)
+    std::vector<T> fac, U, Bp, Z, ct, bt, band;  // (N, lr) each but band (K - 1, lr)
     std::vector<T> blk, tap;                     // (blocks, N); the channel's taps (K)
   };
   struct scratch {
@@ -170,34 +170,38 @@ class all_channels {
       for (Index m = 0; m < M; ++m) out[std::size_t(m * lr_ + pad + u)] = x(u, m);
   }
 
-  /// Every term's diagonals and factored decay, channel-major, read from the (L, D) operands in
-  /// blocks of tokens (a column at a time, every token of an operand is a page walk).
+  /// Every term's diagonals and factored decay, channel-major, read from the (L, D) operands: each
+  /// thread takes blocks of cb channels (so no two threads write one cache line but at a block's
+  /// edge), a token at a time, the factors' rows read along the channels.
   gathered& gather() const {
     thread_local gathered g;
     const std::size_t nt = terms_.size();
     g.post.resize(nt), g.pre.resize(nt), g.dt.resize(nt);
-    constexpr Index tb = 8;  // tokens per block: tb rows of every operand stay in L1
+    constexpr Index cb = 16;
     const Index n = D_ * L_;
     for (std::size_t k = 0; k < nt; ++k) {
       const mean_term<T>& m = terms_[k].term;
       T* post = sized(g.post[k], n);
       T* pre = sized(g.pre[k], n);
       T* dt = m.S && m.S->factored() ? sized(g.dt[k], n) : nullptr;
-      parallel_for((L_ + tb - 1) / tb, [&](Index ub) {
-        const Index u0 = ub * tb, u1 = std::min(L_, u0 + tb);
-        for (Index c = 0; c < D_; ++c)
-          for (Index u = u0; u < u1; ++u) post[c * L_ + u] = T(m.weight), pre[c * L_ + u] = T(1);
-        auto fold = [&](const diag_factors<T>& d, T* dst) {
-          for (const auto& f : d.f)
-            for (Index c = 0; c < D_; ++c)
-              for (Index u = u0; u < u1; ++u) dst[c * L_ + u] *= f.data[(f.rows == 1 ? 0 : u) * D_ + c];
+      parallel_for((D_ + cb - 1) / cb, [&](Index b) {
+        const Index c0 = b * cb, nc = std::min(cb, D_ - c0);
+        T v[cb];
+        auto fold = [&](const diag_factors<T>& d, T first, T* dst, Index u) {
+          for (Index j = 0; j < nc; ++j) v[j] = first;
+          for (const auto& f : d.f) {
+            const T* row = f.data + (f.rows == 1 ? 0 : u) * D_ + c0;
+            for (Index j = 0; j < nc; ++j) v[j] *= row[j];
+          }
+          for (Index j = 0; j < nc; ++j) dst[(c0 + j) * L_ + u] = v[j];
         };
-        fold(m.post, post);
-        fold(m.pre, pre);
-        if (dt) {
-          const coefficient<T>& x = m.S->lambda();
-          for (Index c = 0; c < D_; ++c)
-            for (Index u = u0; u < u1; ++u) dt[c * L_ + u] = x(u, m.S->head_of(c));
+        for (Index u = 0; u < L_; ++u) {
+          fold(m.post, T(m.weight), post, u);
+          fold(m.pre, T(1), pre, u);
+          if (dt) {
+            const coefficient<T>& x = m.S->lambda();
+            for (Index j = 0; j < nc; ++j) dt[(c0 + j) * L_ + u] = x(u, m.S->head_of(c0 + j));
+          }
         }
       });
     }
@@ -265,7 +269,7 @@ class all_channels {
     T* Z = sized(tb.Z, nrow);
     T* ct = sized(tb.ct, nrow);
     T* bt = sized(tb.bt, nrow);
-    T* core = sized(tb.core, std::max<Index>(K - 1, 1) * lr);
+    T* band = sized(tb.band, std::max<Index>(K - 1, 1) * lr);
     T* blk = sized(tb.blk, np_ * N);
     T* tap = sized(tb.tap, K);
     for (Index lag = 0; lag < K; ++lag) tap[lag] = m.conv ? m.conv->tap(lag, c) : T(1);
@@ -316,7 +320,8 @@ class all_channels {
     }
     // Z[sig] = sum_r tap(K-1-r) Bp[sig-r] E(sig-r+1 .. sig) for sig >= K-1 (0 before, and past L);
     // the core's K-1 diagonals core[d][u] = sum_m U[u] E(u-d+1 .. u) Bp[u-d] (0 for u < d: Bp's
-    // pad), the packs of states accumulated in registers.
+    // pad), the packs of states accumulated in registers, and from them the band above G's diagonal,
+    // band[d][u] = sum_{lag <= d} tap(lag) core[d - lag][u]: what row u adds at column s' = u - d.
     for (Index q = 0; q < N; ++q) {
       const T* fq = fac + q * lr + pad;
       const T* bq = Bp + q * lr + pad;
@@ -346,7 +351,11 @@ class all_channels {
             acc[d] = fma(e, P::load(bq + u - d), acc[d]);
           }
         }
-        for (Index d = 0; d < K - 1; ++d) acc[d].store(core + d * lr + pad + u);
+        for (Index d = 0; d < K - 1; ++d) {
+          P v = P::broadcast(T(0));
+          for (Index lag = 0; lag <= d; ++lag) v = fma(P::broadcast(tap[lag]), acc[d - lag], v);
+          v.store(band + d * lr + pad + u);
+        }
       }
     }
     // ct[u] = U[u] E(b0+1 .. u) forward from the block's first token, bt[sig] = Z[sig] E(sig+1 ..
@@ -363,7 +372,11 @@ class all_channels {
         const Index b0 = edges[std::size_t(b)], b1 = edges[std::size_t(b) + 1];
         for (Index u = b0 + 1; u < b1; ++u) fwd[u] = fwd[u - 1] + lam[pad + u];
         for (Index u = b1 - 2; u >= b0; --u) bwd[u] = bwd[u + 1] + lam[pad + u + 1];
-        for (Index q = 0; q < N; ++q) blk[b * N + q] = std::exp(rate[q] * (bwd[b0] + lam[pad + b0]));
+        const T whole = bwd[b0] + lam[pad + b0];
+        simd::for_packs<T>(N, [&](auto w, Index q) {
+          using Q = Pk<decltype(w)::value>;
+          exp(Q::load(rate + q) * Q::broadcast(whole)).store(blk + b * N + q);
+        });
       }
       for (Index q = 0; q < N; ++q) {
         const P aq = P::broadcast(rate[q]);
@@ -463,17 +476,12 @@ class all_channels {
     }
     // 2. The diagonal block: lanes k are columns sig = i0 + k (forward) or i1 - 1 - k (flipped).
     diagonal_block(tb, N, K, fl, i0, i1, panel, s);
-    // 3. The band above G's diagonal, output columns s' in (u-K+1, u]:
-    //    sum over lag <= u - s' of tap(lag) core[u - s' - lag][u].
-    if (K > 1)
-      for (Index u = i0; u < i1; ++u) {
-        T* row = panel + (fl ? i1 - 1 - u : u - i0) * L_;
-        for (Index sp = std::max<Index>(0, u - K + 2); sp <= u; ++sp) {
-          T v = 0;
-          for (Index lag = 0; sp + lag <= u; ++lag) v += tb.tap[std::size_t(lag)] * tb.core[std::size_t((u - sp - lag) * lr + pad + u)];
-          row[out_col(fl, sp)] += v;
-        }
-      }
+    // 3. The band above G's diagonal, output columns s' = u - d in (u-K+1, u] (prepare's band).
+    const T* band = tb.band.data() + pad;
+    for (Index u = i0; u < i1; ++u) {
+      T* row = panel + (fl ? i1 - 1 - u : u - i0) * L_;
+      for (Index d = 0; d < K - 1 && d <= u; ++d) row[out_col(fl, u - d)] += band[d * lr + u];
+    }
   }
 
   /// out[r][x - x0] (+)= sum_m A(r, m) Wp[m][x] for r < rows and x in [x0, x1) (added when Add,
