@@ -163,9 +163,10 @@ void gemm_scale_packed(T* ap, Index m, Index k, const T* scale) {
 
 // C[c * ldc + r] += alpha sum_p ap[p * MR + r] B[c * ldb + p] for one panel, NR columns, the
 // panel's first `rows` rows (all MR of them but in the last panel); PK packs of rows are computed
-// (1 when rows fit one pack: the panel's zero half is skipped).
+// (1 when rows fit one pack: the panel's zero half is skipped). set: = instead of +=.
 template <class T, int NR, int PK>
-inline void gemm_micro(Index k, const T* ap, const T* B, Index ldb, T* C, Index ldc, T alpha, Index rows) {
+inline void gemm_micro(Index k, const T* ap, const T* B, Index ldb, T* C, Index ldc, T alpha, Index rows,
+                       bool set = false) {
   constexpr int W = simd::width<T>;
   using P = simd::pack<T, W>;
   P acc[PK][NR];
@@ -184,12 +185,13 @@ inline void gemm_micro(Index k, const T* ap, const T* B, Index ldb, T* C, Index 
   const P al = P::broadcast(alpha);
   if (rows == PK * W) {
     for (int c = 0; c < NR; ++c)
-      for (int h = 0; h < PK; ++h) fma(acc[h][c], al, P::load(C + c * ldc + h * W)).store(C + c * ldc + h * W);
+      for (int h = 0; h < PK; ++h)
+        (set ? acc[h][c] * al : fma(acc[h][c], al, P::load(C + c * ldc + h * W))).store(C + c * ldc + h * W);
   } else {
     T tmp[PK * W];
     for (int c = 0; c < NR; ++c) {
       for (int h = 0; h < PK; ++h) acc[h][c].store(tmp + h * W);
-      for (Index r = 0; r < rows; ++r) C[c * ldc + r] += alpha * tmp[r];
+      for (Index r = 0; r < rows; ++r) C[c * ldc + r] = (set ? T(0) : C[c * ldc + r]) + alpha * tmp[r];
     }
   }
 }
@@ -197,14 +199,14 @@ inline void gemm_micro(Index k, const T* ap, const T* B, Index ldb, T* C, Index 
 // One panel against nr <= gemm_nr rows of B.
 template <class T, int PK>
 inline void gemm_micro_any(Index nr, Index k, const T* ap, const T* B, Index ldb, T* C, Index ldc, T alpha,
-                           Index rows) {
+                           Index rows, bool set = false) {
   switch (nr) {
-    case 6: gemm_micro<T, 6, PK>(k, ap, B, ldb, C, ldc, alpha, rows); break;
-    case 5: gemm_micro<T, 5, PK>(k, ap, B, ldb, C, ldc, alpha, rows); break;
-    case 4: gemm_micro<T, 4, PK>(k, ap, B, ldb, C, ldc, alpha, rows); break;
-    case 3: gemm_micro<T, 3, PK>(k, ap, B, ldb, C, ldc, alpha, rows); break;
-    case 2: gemm_micro<T, 2, PK>(k, ap, B, ldb, C, ldc, alpha, rows); break;
-    case 1: gemm_micro<T, 1, PK>(k, ap, B, ldb, C, ldc, alpha, rows); break;
+    case 6: gemm_micro<T, 6, PK>(k, ap, B, ldb, C, ldc, alpha, rows, set); break;
+    case 5: gemm_micro<T, 5, PK>(k, ap, B, ldb, C, ldc, alpha, rows, set); break;
+    case 4: gemm_micro<T, 4, PK>(k, ap, B, ldb, C, ldc, alpha, rows, set); break;
+    case 3: gemm_micro<T, 3, PK>(k, ap, B, ldb, C, ldc, alpha, rows, set); break;
+    case 2: gemm_micro<T, 2, PK>(k, ap, B, ldb, C, ldc, alpha, rows, set); break;
+    case 1: gemm_micro<T, 1, PK>(k, ap, B, ldb, C, ldc, alpha, rows, set); break;
     default: break;
   }
 }
@@ -215,10 +217,11 @@ static_assert(gemm_nr == 6, "gemm_micro_any dispatches up to 6 rows of B");
 /// in place with A's rows running along C's rows (so each micro-tile's sums go straight to C, with
 /// no scratch tile and no transposition). The panels of ap are panel_stride apart (gemm_mr * k
 /// when ap holds exactly these k columns; a slice [p0, p0 + k) of a longer packing starts at
-/// ap + p0 * gemm_mr). Entries of C outside the m x n block are not touched.
+/// ap + p0 * gemm_mr). Entries of C outside the m x n block are not touched. set: C = instead of
+/// C += (the block need not be initialised).
 template <class T>
 void gemm_tile_add(Index m, Index n, Index k, const T* ap, Index panel_stride, const T* B, Index ldb, T* C, Index ldc,
-                   T alpha) {
+                   T alpha, bool set = false) {
   for (Index q = 0; q * gemm_mr<T> < m; ++q) {  // one panel of A against every row strip of B
     const T* a = ap + q * panel_stride;
     T* c = C + q * gemm_mr<T>;
@@ -226,9 +229,9 @@ void gemm_tile_add(Index m, Index n, Index k, const T* ap, Index panel_stride, c
     for (Index j = 0; j < n; j += gemm_nr) {
       const Index nr = std::min(gemm_nr, n - j);
       if (rows > simd::width<T>)
-        gemm_micro_any<T, 2>(nr, k, a, B + j * ldb, ldb, c + j * ldc, ldc, alpha, rows);
+        gemm_micro_any<T, 2>(nr, k, a, B + j * ldb, ldb, c + j * ldc, ldc, alpha, rows, set);
       else
-        gemm_micro_any<T, 1>(nr, k, a, B + j * ldb, ldb, c + j * ldc, ldc, alpha, rows);
+        gemm_micro_any<T, 1>(nr, k, a, B + j * ldb, ldb, c + j * ldc, ldc, alpha, rows, set);
     }
   }
 }

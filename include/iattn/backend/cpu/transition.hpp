@@ -216,12 +216,11 @@ class head_matrix {
     std::call_once(once_[std::size_t(nb_ + sb)], [&] {
       constexpr Index MR = gemm_mr<T>;
       const Index N = hv_.N, C = chunk_len, W = super_chunks * C, b = sb * super_chunks, e = b + super_chunks - 1;
-      rmat<T> K = rmat<T>::Zero(N, W), Q = summary(e).Phi, next(N, N);
+      rmat<T> K(N, W), Q = summary(e).Phi, next(N, N);
       K.rightCols(C) = summary(e).Keff;  // column block e: Keff_e
       for (Index j = e - 1; j >= b; --j) {
-        mul_packed(N, C, N, Q.data(), N, summary(j).Keff_p.data(), MR * N, K.data() + (j - b) * C, W);
-        next.setZero();
-        mul_packed(N, N, N, Q.data(), N, summary(j).Phi_p.data(), MR * N, next.data(), N);
+        mul_packed_set(N, C, N, Q.data(), N, summary(j).Keff_p.data(), MR * N, K.data() + (j - b) * C, W);
+        mul_packed_set(N, N, N, Q.data(), N, summary(j).Phi_p.data(), MR * N, next.data(), N);
         Q.swap(next);
       }
       super_summary<T>& s = supers_[std::size_t(sb)];
@@ -254,8 +253,7 @@ class head_matrix {
       p.phi = p.low = ib;
     }
     auto advance = [&](const std::vector<T>& phi_p) {  // R <- R Phi
-      std::fill(p.next.data(), p.next.data() + rows * N, T(0));
-      mul_packed(rows, N, N, p.R.data(), N, phi_p.data(), MR * N, p.next.data(), N);
+      mul_packed_set(rows, N, N, p.R.data(), N, phi_p.data(), MR * N, p.next.data(), N);
       p.R.swap(p.next);
     };
     while (p.low > jb) {
@@ -263,8 +261,8 @@ class head_matrix {
         const Index J = p.low - 1;
         for (; p.phi > J + 1; --p.phi) advance(summary(p.phi - 1).Phi_p);
         std::vector<T>& t = p.tiles[std::size_t(J - own)];
-        t.assign(std::size_t(rows * chunk_len), T(0));
-        mul_packed(rows, chunk_len, N, p.R.data(), N, summary(J).Keff_p.data(), MR * N, t.data(), chunk_len);
+        t.resize(std::size_t(rows * chunk_len));
+        mul_packed_set(rows, chunk_len, N, p.R.data(), N, summary(J).Keff_p.data(), MR * N, t.data(), chunk_len);
         p.low = J;
       } else {  // a strip of the superblock to the left
         const Index sb = p.low / super_chunks - 1;
@@ -273,8 +271,8 @@ class head_matrix {
           else advance(summary(p.phi - 1).Phi_p), --p.phi;
         }
         std::vector<T>& st = p.strips[std::size_t(sb)];
-        st.assign(std::size_t(rows * W), T(0));
-        mul_packed(rows, W, N, p.R.data(), N, super(sb).K_p.data(), MR * N, st.data(), W);
+        st.resize(std::size_t(rows * W));
+        mul_packed_set(rows, W, N, p.R.data(), N, super(sb).K_p.data(), MR * N, st.data(), W);
         p.low = sb * super_chunks;
       }
     }
