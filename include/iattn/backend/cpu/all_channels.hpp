@@ -432,31 +432,42 @@ class all_channels {
     const Index lo = K - 1;
     if (i0 > lo) {
       // ncp: whole packs (aligned rows) and zeros past nc for a register block starting anywhere.
-      const Index nc = i0 - lo, ncp = (nc + W - 1) / W * W + NR;
+      const Index nc = i0 - lo, nca = (nc + W - 1) / W * W, ncp = nca + NR;
       T* wp = aligned64(sized(s.wp, ncp * N + 64 / Index(sizeof(T))));  // (N, ncp): column x of the panel's range, state-major
-      // mid = E(j1 .. i0) = fac[i0] * blk of the blocks strictly between, walking leftwards.
-      T* mid = sized(s.e, N);
-      for (Index q = 0; q < N; ++q) mid[q] = tb.fac[std::size_t(q * lr + pad + i0)];
-      for (Index J = b - 1; J >= 0; --J) {
-        const Index j0 = std::max(edges[std::size_t(J)], lo), j1 = edges[std::size_t(J) + 1];
-        if (j0 < j1) {
-          // forward: x = sig - lo; flipped: x = i0 - 1 - sig (columns reversed), which is where
-          // bt keeps sig: at L - 1 - sig = x + L - i0
-          const Index x0 = fl ? i0 - j1 : j0 - lo, src = fl ? x0 + L_ - i0 : j0;
+      // mid[J N + q] = E(j1 .. i0)[q] of block J < b: fac[i0] times blk of the blocks strictly between;
+      // 0 for J = b (the lanes past nc).
+      T* mid = sized(s.e, (b + 1) * N);
+      for (Index q = 0; q < N; ++q) {
+        mid[b * N + q] = T(0);
+        mid[(b - 1) * N + q] = tb.fac[std::size_t(q * lr + pad + i0)];
+      }
+      for (Index J = b - 2; J >= 0; --J)
+        for (Index q = 0; q < N; ++q) mid[J * N + q] = mid[(J + 1) * N + q] * tb.blk[std::size_t((J + 1) * N + q)];
+      // wp[q][x] = bt(sig) mid[J(sig)][q], whole aligned packs of x (so the products' loads of them
+      // are forwarded from these stores): forward x = sig - lo, flipped x = i0 - 1 - sig (columns
+      // reversed); bt keeps sig at x + shift either way (flipped: at L - 1 - sig). Flipped blocks
+      // are whole packs of x (shift = L - i0 is a multiple of panel_rows); a forward pack straddles
+      // two blocks, its lanes from `split` on in the next one.
+      using P = Pk<W>;
+      const Index shift = fl ? L_ - i0 : lo;
+      const P lane = P::iota(T(0));
+      for (Index x = 0; x < nca; x += W) {
+        const Index J0 = fl ? std::max<Index>(0, np_ - 1 - (x + shift) / panel_rows) : std::min(b, (x + lo) / panel_rows);
+        const Index split = fl ? Index(W) : std::min<Index>(W, panel_rows - (x + lo) % panel_rows);
+        const Index J1 = std::min(b, J0 + 1);
+        const T* from = tb.bt.data() + pad + x + shift;
+        T* to = wp + x;
+        if (split == W)
+          for (Index q = 0; q < N; ++q) (P::load(from + q * lr) * P::broadcast(mid[J0 * N + q])).store(to + q * ncp);
+        else {
+          const P at = P::broadcast(T(split));
           for (Index q = 0; q < N; ++q) {
-            const T* from = tb.bt.data() + q * lr + pad + src;
-            T* to = wp + q * ncp + x0;
-            const T mq = mid[q];
-            simd::for_packs<T>(j1 - j0, [&](auto w, Index i) {
-              using P = Pk<decltype(w)::value>;
-              (P::load(from + i) * P::broadcast(mq)).store(to + i);
-            });
+            const P m = select_ge(lane, at, P::broadcast(mid[J1 * N + q]), P::broadcast(mid[J0 * N + q]));
+            (P::load(from + q * lr) * m).store(to + q * ncp);
           }
         }
-        if (J > 0)
-          for (Index q = 0; q < N; ++q) mid[q] *= tb.blk[std::size_t(J * N + q)];
       }
-      for (Index q = 0; q < N; ++q) std::fill(wp + q * ncp + nc, wp + (q + 1) * ncp, T(0));
+      for (Index q = 0; q < N; ++q) std::fill(wp + q * ncp + nca, wp + (q + 1) * ncp, T(0));
       // Output column of x: forward sig - K + 1 = x (sig = lo .. i0-1); flipped L-1-(sig-K+1) = col0 + x,
       // ascending as sig descends from i0-1. Rows: u ascending forward, descending flipped. The
       // columns outside the middle [r0 - off, r0 + panel_rows + off): no other term reaches them in
