@@ -498,45 +498,55 @@ class all_channels {
   /// out[r][x - x0] (+)= sum_m A(r, m) Wp[m][x] for r < rows and x in [x0, x1) (added when Add,
   /// written otherwise), A(r, m) at a[r * astep + m * qs], Wp (N, ncp) with zeros in [x1, ncp) and
   /// ncp >= x1 + NR: register blocks of NR columns, 4 rows at a time, then the rest; a last, partial
-  /// block through a small buffer, so nothing past x1 is touched.
+  /// block by its whole packs and its last partial pack through a small buffer, so nothing past x1
+  /// is touched.
   template <bool Add>
   static void product(const T* a, Index astep, Index qs, Index rows, const T* wp, Index ncp, Index N, Index x0, Index x1,
                       T* out, Index ld) {
+    static_assert(product_cols == 3, "a last block's whole packs are taken as 2 + 1");
     for (Index x = x0; x < x1; x += NR) {
       const Index nx = std::min(NR, x1 - x);
       T* o = out + (x - x0);
+      const T* w = wp + x;
       if (nx == NR) {
-        rows_of<Add>(a, astep, qs, rows, wp + x, ncp, N, o, ld);
-      } else {
-        alignas(64) T tmp[4 * NR];
+        rows_of<Add, product_cols>(a, astep, qs, rows, w, ncp, N, o, ld);
+        continue;
+      }
+      // The last block: its whole packs directly, then the columns of a partial pack through a buffer.
+      const Index full = nx / W, rem = nx - full * W;
+      Index k = 0;
+      if (full >= 2) rows_of<Add, 2>(a, astep, qs, rows, w, ncp, N, o, ld), k = 2;
+      if (full > k) rows_of<Add, 1>(a, astep, qs, rows, w + k * W, ncp, N, o + k * W, ld);
+      if (rem > 0) {
+        const Index xr = full * W;
+        alignas(64) T tmp[4 * W];
         for (Index r = 0; r < rows; r += 4) {
           const Index nr = std::min<Index>(4, rows - r);
-          rows_of<false>(a + r * astep, astep, qs, nr, wp + x, ncp, N, tmp, NR);
+          rows_of<false, 1>(a + r * astep, astep, qs, nr, w + xr, ncp, N, tmp, W);
           for (Index i = 0; i < nr; ++i)
-            for (Index j = 0; j < nx; ++j) {
-              T& d = o[(r + i) * ld + j];
-              d = Add ? d + tmp[i * NR + j] : tmp[i * NR + j];
+            for (Index j = 0; j < rem; ++j) {
+              T& d = o[(r + i) * ld + xr + j];
+              d = Add ? d + tmp[i * W + j] : tmp[i * W + j];
             }
         }
       }
     }
   }
-  /// One register block of NR columns, rows [0, rows).
-  template <bool Add>
+  /// One register block of C packs of columns, rows [0, rows).
+  template <bool Add, int C>
   static void rows_of(const T* a, Index astep, Index qs, Index rows, const T* wp, Index ncp, Index N, T* out, Index ld) {
     Index r = 0;
-    for (; r + 4 <= rows; r += 4) micro<4, Add>(a + r * astep, astep, qs, wp, ncp, N, out + r * ld, ld);
+    for (; r + 4 <= rows; r += 4) micro<4, C, Add>(a + r * astep, astep, qs, wp, ncp, N, out + r * ld, ld);
     switch (rows - r) {
-      case 3: micro<3, Add>(a + r * astep, astep, qs, wp, ncp, N, out + r * ld, ld); break;
-      case 2: micro<2, Add>(a + r * astep, astep, qs, wp, ncp, N, out + r * ld, ld); break;
-      case 1: micro<1, Add>(a + r * astep, astep, qs, wp, ncp, N, out + r * ld, ld); break;
+      case 3: micro<3, C, Add>(a + r * astep, astep, qs, wp, ncp, N, out + r * ld, ld); break;
+      case 2: micro<2, C, Add>(a + r * astep, astep, qs, wp, ncp, N, out + r * ld, ld); break;
+      case 1: micro<1, C, Add>(a + r * astep, astep, qs, wp, ncp, N, out + r * ld, ld); break;
       default: break;
     }
   }
-  template <int R, bool Add>
+  template <int R, int C, bool Add>
   static void micro(const T* a, Index astep, Index qs, const T* wp, Index ncp, Index N, T* out, Index ld) {
     using P = Pk<W>;
-    constexpr int C = product_cols;
     P acc[R][C];
     for (int i = 0; i < R; ++i)
       for (int k = 0; k < C; ++k) acc[i][k] = P::broadcast(T(0));
