@@ -132,10 +132,14 @@ class all_channels {
 
   // Per-channel tables are state-major: entry (m, u) at m * lr_ + pad + u, so every pass over the
   // tokens is a run of whole packs, shifted loads reach back up to pad tokens, and the pads hold
-  // neutral values (decay 1, everything else 0).
+  // neutral values (decay 1, everything else 0). Rows start on 64-byte boundaries (one store).
+  // bt keeps column x of core_rows's products at x: a forward term's sig at sig - (K - 1), a
+  // flipped one's at L - 1 - sig.
   struct tables {
-    std::vector<T> fac, U, Bp, Z, ct, bt, band;  // (N, lr) each but band (K - 1, lr)
-    std::vector<T> blk, tap;                     // (blocks, N); the channel's taps (K)
+    std::vector<T> store;
+    T *fac = nullptr, *U = nullptr, *Bp = nullptr, *Z = nullptr, *ct = nullptr, *bt = nullptr;  // (N, lr) each
+    T* band = nullptr;            // (K - 1, lr)
+    std::vector<T> blk, tap;      // (blocks, N); the channel's taps (K)
   };
   struct scratch {
     std::vector<tables> tab;
@@ -263,13 +267,14 @@ class all_channels {
     const Index L = L_, N = S.state(), K = m.width(), h = S.head_of(c), g = S.group_of_head(h) * N;
     const Index lr = lr_, nrow = N * lr;
     const std::vector<Index>& edges = edges_[a.flipped];
-    T* fac = sized(tb.fac, nrow);
-    T* U = sized(tb.U, nrow);
-    T* Bp = sized(tb.Bp, nrow);
-    T* Z = sized(tb.Z, nrow);
-    T* ct = sized(tb.ct, nrow);
-    T* bt = sized(tb.bt, nrow);
-    T* band = sized(tb.band, std::max<Index>(K - 1, 1) * lr);
+    T* base = aligned64(sized(tb.store, 6 * nrow + std::max<Index>(K - 1, 1) * lr + 64 / Index(sizeof(T))));
+    T* fac = tb.fac = base;
+    T* U = tb.U = base + nrow;
+    T* Bp = tb.Bp = base + 2 * nrow;
+    T* Z = tb.Z = base + 3 * nrow;
+    T* ct = tb.ct = base + 4 * nrow;
+    T* bt = tb.bt = base + 5 * nrow;
+    T* band = tb.band = base + 6 * nrow;
     T* blk = sized(tb.blk, np_ * N);
     T* tap = sized(tb.tap, K);
     for (Index lag = 0; lag < K; ++lag) tap[lag] = m.conv ? m.conv->tap(lag, c) : T(1);
@@ -384,7 +389,7 @@ class all_channels {
         const T* zq = Z + q * lr + pad;
         T* cq = ct + q * lr + pad;
         T* bq = bt + q * lr + pad;
-        T* to = a.flipped ? tmp : bq;
+        T* to = a.flipped ? tmp : bq - (K - 1);
         for (Index u = 0; u < Lw; u += W) {
           (exp(aq * P::load(fwd + u)) * P::load(uq + u)).store(cq + u);
           (exp(aq * P::load(bwd + u)) * P::load(zq + u)).store(to + u);
@@ -408,7 +413,7 @@ class all_channels {
           }
           e = T(1);
           for (Index sg = b1 - 1; sg >= b0; --sg) {
-            bq[a.flipped ? L - 1 - sg : sg] = e * zq[sg];
+            bq[a.flipped ? L - 1 - sg : sg - (K - 1)] = e * zq[sg];
             e *= fq[sg];
           }
           blk[b * N + q] = e;
@@ -439,23 +444,23 @@ class all_channels {
       T* mid = sized(s.e, (b + 1) * N);
       for (Index q = 0; q < N; ++q) {
         mid[b * N + q] = T(0);
-        mid[(b - 1) * N + q] = tb.fac[std::size_t(q * lr + pad + i0)];
+        mid[(b - 1) * N + q] = tb.fac[q * lr + pad + i0];
       }
       for (Index J = b - 2; J >= 0; --J)
         for (Index q = 0; q < N; ++q) mid[J * N + q] = mid[(J + 1) * N + q] * tb.blk[std::size_t((J + 1) * N + q)];
       // wp[q][x] = bt(sig) mid[J(sig)][q], whole aligned packs of x (so the products' loads of them
       // are forwarded from these stores): forward x = sig - lo, flipped x = i0 - 1 - sig (columns
-      // reversed); bt keeps sig at x + shift either way (flipped: at L - 1 - sig). Flipped blocks
-      // are whole packs of x (shift = L - i0 is a multiple of panel_rows); a forward pack straddles
-      // two blocks, its lanes from `split` on in the next one.
+      // reversed); bt keeps sig at x + shift, aligned too (forward: at sig - lo, shift = 0; flipped:
+      // at L - 1 - sig, shift = L - i0, a multiple of panel_rows). Flipped blocks are whole packs of
+      // x; a forward pack straddles two blocks, its lanes from `split` on in the next one.
       using P = Pk<W>;
-      const Index shift = fl ? L_ - i0 : lo;
+      const Index shift = fl ? L_ - i0 : 0;
       const P lane = P::iota(T(0));
       for (Index x = 0; x < nca; x += W) {
         const Index J0 = fl ? std::max<Index>(0, np_ - 1 - (x + shift) / panel_rows) : std::min(b, (x + lo) / panel_rows);
         const Index split = fl ? Index(W) : std::min<Index>(W, panel_rows - (x + lo) % panel_rows);
         const Index J1 = std::min(b, J0 + 1);
-        const T* from = tb.bt.data() + pad + x + shift;
+        const T* from = tb.bt + pad + x + shift;
         T* to = wp + x;
         if (split == W)
           for (Index q = 0; q < N; ++q) (P::load(from + q * lr) * P::broadcast(mid[J0 * N + q])).store(to + q * ncp);
@@ -474,7 +479,7 @@ class all_channels {
       // this direction but the same direction's products.
       const Index col0 = fl ? L_ - i0 + K - 1 : 0;
       const Index xm0 = fl ? 0 : m0, xm1 = fl ? std::min(nc, m1 - col0) : nc;  // x of the middle
-      const T* a0 = tb.ct.data() + pad + (fl ? i1 - 1 : i0);
+      const T* a0 = tb.ct + pad + (fl ? i1 - 1 : i0);
       if (xm0 < xm1) product<true>(a0, fl ? -1 : 1, lr, n, wp, ncp, N, xm0, xm1, panel + col0 + xm0, L_);
       const Index xd0 = fl ? std::max<Index>(0, xm1) : 0, xd1 = fl ? nc : std::min(nc, m0);  // x outside
       if (xd0 < xd1) {
@@ -488,7 +493,7 @@ class all_channels {
     // 2. The diagonal block: lanes k are columns sig = i0 + k (forward) or i1 - 1 - k (flipped).
     diagonal_block(tb, N, K, fl, i0, i1, panel, s);
     // 3. The band above G's diagonal, output columns s' = u - d in (u-K+1, u] (prepare's band).
-    const T* band = tb.band.data() + pad;
+    const T* band = tb.band + pad;
     for (Index u = i0; u < i1; ++u) {
       T* row = panel + (fl ? i1 - 1 - u : u - i0) * L_;
       for (Index d = 0; d < K - 1 && d <= u; ++d) row[out_col(fl, u - d)] += band[d * lr + u];
@@ -595,9 +600,9 @@ class all_channels {
         P v[SG];
         for (Index j = 0; j < SG; ++j) v[j] = zero;
         for (Index u = i0; u < i1; ++u) {
-          const T* f = tb.fac.data() + (q0 * lr + pad + u);
-          const T* z = tb.Z.data() + (q0 * lr + pad + u);
-          const T* Uu = tb.U.data() + (q0 * lr + pad + u);
+          const T* f = tb.fac + (q0 * lr + pad + u);
+          const T* z = tb.Z + (q0 * lr + pad + u);
+          const T* Uu = tb.U + (q0 * lr + pad + u);
           const P kk = P::broadcast(T(fl ? i1 - 1 - u : u - i0));
           P o = zero;
 #pragma GCC unroll 8
@@ -615,9 +620,9 @@ class all_channels {
     T* acc = sized(s.acc, N * G * W);
     std::fill(acc, acc + N * G * W, T(0));
     for (Index u = i0; u < i1; ++u) {
-      const T* f = tb.fac.data() + pad + u;
-      const T* z = tb.Z.data() + pad + u;
-      const T* Uu = tb.U.data() + pad + u;
+      const T* f = tb.fac + pad + u;
+      const T* z = tb.Z + pad + u;
+      const T* Uu = tb.U + pad + u;
       // Lane k takes Z[u] (no scalar store into the packs: it would stall their next load);
       // lanes injected before it (below k forward, above k flipped) advance by fac[u].
       // Only packs with a lane injected by now take part (forward: lanes <= k, flipped: lanes >= k),
