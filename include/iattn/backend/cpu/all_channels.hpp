@@ -174,38 +174,37 @@ class all_channels {
       for (Index m = 0; m < M; ++m) out[std::size_t(m * lr_ + pad + u)] = x(u, m);
   }
 
-  /// Every term's diagonals and factored decay, channel-major, read from the (L, D) operands: each
-  /// thread takes blocks of cb channels (so no two threads write one cache line but at a block's
-  /// edge), a token at a time, the factors' rows read along the channels.
+  /// Every term's diagonals and factored decay, channel-major, read from the (L, D) operands in
+  /// blocks of tb tokens: a block's rows of every operand are read in order and stay in L1 while
+  /// each channel's tb values are written (tb = 32: two threads share a cache line of the result
+  /// only at a block's edge).
   gathered& gather() const {
     thread_local gathered g;
     const std::size_t nt = terms_.size();
     g.post.resize(nt), g.pre.resize(nt), g.dt.resize(nt);
-    constexpr Index cb = 16;
+    constexpr Index tb = 32;
     const Index n = D_ * L_;
     for (std::size_t k = 0; k < nt; ++k) {
       const mean_term<T>& m = terms_[k].term;
       T* post = sized(g.post[k], n);
       T* pre = sized(g.pre[k], n);
       T* dt = m.S && m.S->factored() ? sized(g.dt[k], n) : nullptr;
-      parallel_for((D_ + cb - 1) / cb, [&](Index b) {
-        const Index c0 = b * cb, nc = std::min(cb, D_ - c0);
-        T v[cb];
-        auto fold = [&](const diag_factors<T>& d, T first, T* dst, Index u) {
-          for (Index j = 0; j < nc; ++j) v[j] = first;
-          for (const auto& f : d.f) {
-            const T* row = f.data + (f.rows == 1 ? 0 : u) * D_ + c0;
-            for (Index j = 0; j < nc; ++j) v[j] *= row[j];
-          }
-          for (Index j = 0; j < nc; ++j) dst[(c0 + j) * L_ + u] = v[j];
+      parallel_for((L_ + tb - 1) / tb, [&](Index ub) {
+        const Index u0 = ub * tb, u1 = std::min(L_, u0 + tb);
+        auto fold = [&](const diag_factors<T>& d, T first, T* dst) {
+          for (Index c = 0; c < D_; ++c)
+            for (Index u = u0; u < u1; ++u) {
+              T v = first;
+              for (const auto& f : d.f) v *= f.data[(f.rows == 1 ? 0 : u) * D_ + c];
+              dst[c * L_ + u] = v;
+            }
         };
-        for (Index u = 0; u < L_; ++u) {
-          fold(m.post, T(m.weight), post, u);
-          fold(m.pre, T(1), pre, u);
-          if (dt) {
-            const coefficient<T>& x = m.S->lambda();
-            for (Index j = 0; j < nc; ++j) dt[(c0 + j) * L_ + u] = x(u, m.S->head_of(c0 + j));
-          }
+        fold(m.post, T(m.weight), post);
+        fold(m.pre, T(1), pre);
+        if (dt) {
+          const coefficient<T>& x = m.S->lambda();
+          for (Index c = 0; c < D_; ++c)
+            for (Index u = u0; u < u1; ++u) dt[c * L_ + u] = x(u, m.S->head_of(c));
         }
       });
     }
