@@ -556,7 +556,10 @@ class all_channels {
       for (int k = 0; k < C; ++k) acc[i][k] = P::broadcast(T(0));
     for (Index q = 0; q < N; ++q) {
       P b[C];
-      for (int k = 0; k < C; ++k) b[k] = P::load(wp + q * ncp + k * W);
+      for (int k = 0; k < C; ++k) {
+        b[k] = P::load(wp + q * ncp + k * W);
+        if constexpr (R > 1) b[k].pin();  // one load per pack, not one per row
+      }
       const T* aq = a + q * qs;
       for (int i = 0; i < R; ++i) {
         const P v = P::broadcast(aq[i * astep]);

@@ -57,6 +57,7 @@ struct pack<T, 1> {
   friend pack select_ge(pack a, pack b, pack x, pack y) { return {a.v >= b.v ? x.v : y.v}; }
   friend pack log(pack a) { return {std::log(a.v)}; }
   friend T reduce_add(pack a) { return a.v; }
+  void pin() {}
 };
 
 #if IATTN_HAS_XSIMD
@@ -76,6 +77,13 @@ struct pack<T, W> {
     return {batch::load_aligned(a)};
   }
   void store(T* p) const { v.store_unaligned(p); }
+  /// Keeps the value in a register: the compiler may no longer fold its load into each use (GCC
+  /// does so in small register-blocked products, turning one load per pack into one per use).
+  void pin() {
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+    __asm__("" : "+v"(v.data));
+#endif
+  }
   friend pack operator+(pack a, pack b) { return {a.v + b.v}; }
   friend pack operator-(pack a, pack b) { return {a.v - b.v}; }
   friend pack operator*(pack a, pack b) { return {a.v * b.v}; }
