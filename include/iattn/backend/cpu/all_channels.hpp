@@ -297,12 +297,43 @@ class all_channels {
         for (Index u = 0; u < L; ++u) lam[pad + u] = S.lambda()(u, h);
       for (Index q = 0; q < N; ++q) rate[q] = S.factored() ? S.decay_rate()(h, q) : T(1);
     }
-    // Decay factors (pads 1), U = post C and Bp = pre B (pads 0), whole packs over the tokens.
+    // ct[u] = U[u] E(b0+1 .. u) forward from the block's first token, bt[sig] = Z[sig] E(sig+1 ..
+    // b1-1) backward from its last (stored at L-1-sig when flipped), blk the whole block's decay.
+    // A shared decay sums lam over those ranges once for all states, exp(rate * sum) per state;
+    // a per-state one takes running products.
+    T* fwd = nullptr;  // sum of lam over b0+1 .. u; bwd: over sig+1 .. b1-1 (at sig)
+    T* bwd = nullptr;
+    T* tmp = nullptr;
+    if (shared) {
+      fwd = sized(s.cum, 3 * lr);
+      bwd = fwd + lr;
+      tmp = bwd + lr;
+      std::fill(fwd, fwd + 2 * lr, T(0));
+      for (Index b = 0; b < np_; ++b) {
+        const Index b0 = edges[std::size_t(b)], b1 = edges[std::size_t(b) + 1];
+        for (Index u = b0 + 1; u < b1; ++u) fwd[u] = fwd[u - 1] + lam[pad + u];
+        for (Index u = b1 - 2; u >= b0; --u) bwd[u] = bwd[u + 1] + lam[pad + u + 1];
+        const T whole = bwd[b0] + lam[pad + b0];
+        simd::for_packs<T>(N, [&](auto w, Index q) {
+          using Q = Pk<decltype(w)::value>;
+          exp(Q::load(rate + q) * Q::broadcast(whole)).store(blk + b * N + q);
+        });
+      }
+    }
+    // The core's K-1 diagonals core[d][u] = sum_m U[u] E(u-d+1 .. u) Bp[u-d] (0 for u < d: Bp's
+    // pad), summed over the states into band's rows, and at the end the band above G's diagonal
+    // from them in place, band[d][u] = sum_{lag <= d} tap(lag) core[d - lag][u]: what row u adds
+    // at column s' = u - d.
+    const Index nd = K - 1;
+    std::fill(band, band + std::max<Index>(nd, 1) * lr, T(0));
+    // One state at a time, all its rows formed while they stay in L1, whole packs over the tokens.
     const Index Lw = (L + W - 1) / W * W;  // the packs' reach; lr >= pad + Lw + W
     for (Index q = 0; q < N; ++q) {
       T* fq = fac + q * lr;
       T* uq = U + q * lr;
       T* bq = Bp + q * lr;
+      T* zq = Z + q * lr;
+      // Decay factors (pads 1), U = post C and Bp = pre B (pads 0).
       std::fill(fq, fq + pad, T(1));
       std::fill(uq, uq + pad, T(0));
       std::fill(bq, bq + pad, T(0));
@@ -321,104 +352,66 @@ class all_channels {
       std::fill(fq + pad + L, fq + lr, T(1));
       std::fill(uq + pad + L, uq + lr, T(0));
       std::fill(bq + pad + L, bq + lr, T(0));
-    }
-    // Z[sig] = sum_r tap(K-1-r) Bp[sig-r] E(sig-r+1 .. sig) for sig >= K-1 (0 before, and past L);
-    // the core's K-1 diagonals core[d][u] = sum_m U[u] E(u-d+1 .. u) Bp[u-d] (0 for u < d: Bp's
-    // pad), the packs of states accumulated in registers, and from them the band above G's diagonal,
-    // band[d][u] = sum_{lag <= d} tap(lag) core[d - lag][u]: what row u adds at column s' = u - d.
-    for (Index q = 0; q < N; ++q) {
-      const T* fq = fac + q * lr + pad;
-      const T* bq = Bp + q * lr + pad;
-      T* zq = Z + q * lr;
+      // Z[sig] = sum_r tap(K-1-r) Bp[sig-r] E(sig-r+1 .. sig) for sig >= K-1 (0 before, and past L).
       std::fill(zq, zq + pad + std::min(L, K - 1), T(0));
       for (Index sig = K - 1; sig < L; sig += W) {
         P e = P::broadcast(T(1)), v = P::broadcast(T(0));
         for (Index r = 0; r < K; ++r) {
-          if (r > 0) e = e * P::load(fq + sig - r + 1);
-          v = fma(P::broadcast(tap[K - 1 - r]) * P::load(bq + sig - r), e, v);
+          if (r > 0) e = e * P::load(fq + pad + sig - r + 1);
+          v = fma(P::broadcast(tap[K - 1 - r]) * P::load(bq + pad + sig - r), e, v);
         }
         v.store(zq + pad + sig);
       }
       std::fill(zq + pad + L, zq + lr, T(0));
-    }
-    if (K > 1) {
-      constexpr Index maxd = max_mean_conv;  // K - 1 < maxd
-      for (Index u = 0; u < L; u += W) {
-        P acc[maxd];
-        for (Index d = 0; d < K - 1; ++d) acc[d] = P::broadcast(T(0));
-        for (Index q = 0; q < N; ++q) {
-          const T* fq = fac + q * lr + pad;
-          const T* bq = Bp + q * lr + pad;
-          P e = P::load(U + q * lr + pad + u);
-          for (Index d = 0; d < K - 1; ++d) {
-            if (d > 0) e = e * P::load(fq + u - d + 1);
-            acc[d] = fma(e, P::load(bq + u - d), acc[d]);
-          }
-        }
-        for (Index d = 0; d < K - 1; ++d) {
-          P v = P::broadcast(T(0));
-          for (Index lag = 0; lag <= d; ++lag) v = fma(P::broadcast(tap[lag]), acc[d - lag], v);
-          v.store(band + d * lr + pad + u);
+      // This state's share of the core's diagonals.
+      for (Index u = 0; u < L && nd > 0; u += W) {
+        P e = P::load(uq + pad + u);
+        for (Index d = 0; d < nd; ++d) {
+          if (d > 0) e = e * P::load(fq + pad + u - d + 1);
+          T* cd = band + d * lr + pad + u;
+          fma(e, P::load(bq + pad + u - d), P::load(cd)).store(cd);
         }
       }
-    }
-    // ct[u] = U[u] E(b0+1 .. u) forward from the block's first token, bt[sig] = Z[sig] E(sig+1 ..
-    // b1-1) backward from its last (stored at L-1-sig when flipped), blk the whole block's decay.
-    // A shared decay sums lam over those ranges once for all states, exp(rate * sum) per state;
-    // a per-state one takes running products.
-    std::fill(bt, bt + nrow, T(0));
-    if (shared) {
-      T* fwd = sized(s.cum, 3 * lr);  // sum of lam over b0+1 .. u; over sig+1 .. b1-1 (at sig)
-      T* bwd = fwd + lr;
-      T* tmp = bwd + lr;
-      std::fill(fwd, fwd + 2 * lr, T(0));
-      for (Index b = 0; b < np_; ++b) {
-        const Index b0 = edges[std::size_t(b)], b1 = edges[std::size_t(b) + 1];
-        for (Index u = b0 + 1; u < b1; ++u) fwd[u] = fwd[u - 1] + lam[pad + u];
-        for (Index u = b1 - 2; u >= b0; --u) bwd[u] = bwd[u + 1] + lam[pad + u + 1];
-        const T whole = bwd[b0] + lam[pad + b0];
-        simd::for_packs<T>(N, [&](auto w, Index q) {
-          using Q = Pk<decltype(w)::value>;
-          exp(Q::load(rate + q) * Q::broadcast(whole)).store(blk + b * N + q);
-        });
-      }
-      for (Index q = 0; q < N; ++q) {
-        const P aq = P::broadcast(rate[q]);
-        const T* uq = U + q * lr + pad;
-        const T* zq = Z + q * lr + pad;
-        T* cq = ct + q * lr + pad;
-        T* bq = bt + q * lr + pad;
-        T* to = a.flipped ? tmp : bq - (K - 1);
+      // ct, bt (and a per-state decay's blk).
+      T* cq_ = ct + q * lr + pad;
+      T* bq_ = bt + q * lr;
+      std::fill(bq_, bq_ + lr, T(0));
+      bq_ += pad;
+      if (shared) {
+        T* to = a.flipped ? tmp : bq_ - (K - 1);
         for (Index u = 0; u < Lw; u += W) {
-          (exp(aq * P::load(fwd + u)) * P::load(uq + u)).store(cq + u);
-          (exp(aq * P::load(bwd + u)) * P::load(zq + u)).store(to + u);
+          (exp(aq * P::load(fwd + u)) * P::load(uq + pad + u)).store(cq_ + u);
+          (exp(aq * P::load(bwd + u)) * P::load(zq + pad + u)).store(to + u);
         }
         if (a.flipped)
-          for (Index sg = 0; sg < L; ++sg) bq[L - 1 - sg] = tmp[sg];
-      }
-    } else {
-      for (Index q = 0; q < N; ++q) {
-        const T* fq = fac + q * lr + pad;
-        const T* uq = U + q * lr + pad;
-        const T* zq = Z + q * lr + pad;
-        T* cq = ct + q * lr + pad;
-        T* bq = bt + q * lr + pad;
+          for (Index sg = 0; sg < L; ++sg) bq_[L - 1 - sg] = tmp[sg];
+      } else {
+        const T* f = fq + pad;
+        const T* uu = uq + pad;
+        const T* zz = zq + pad;
         for (Index b = 0; b < np_; ++b) {
           const Index b0 = edges[std::size_t(b)], b1 = edges[std::size_t(b) + 1];
           T e = T(1);
           for (Index u = b0; u < b1; ++u) {
-            if (u > b0) e *= fq[u];
-            cq[u] = e * uq[u];
+            if (u > b0) e *= f[u];
+            cq_[u] = e * uu[u];
           }
           e = T(1);
           for (Index sg = b1 - 1; sg >= b0; --sg) {
-            bq[a.flipped ? L - 1 - sg : sg - (K - 1)] = e * zq[sg];
-            e *= fq[sg];
+            bq_[a.flipped ? L - 1 - sg : sg - (K - 1)] = e * zz[sg];
+            e *= f[sg];
           }
           blk[b * N + q] = e;
         }
       }
     }
+    // The band from the core's diagonals, in place (d descending: band[d] reads core[0 .. d]).
+    for (Index u = 0; u < L && nd > 0; u += W)
+      for (Index d = nd - 1; d >= 0; --d) {
+        P v = P::broadcast(T(0));
+        for (Index lag = 0; lag <= d; ++lag) v = fma(P::broadcast(tap[lag]), P::load(band + (d - lag) * lr + pad + u), v);
+        v.store(band + d * lr + pad + u);
+      }
   }
 
   /// Output rows of panel p of one term with a core, into the panel (rows [r0, r1) of the output, row
