@@ -587,27 +587,16 @@ class all_channels {
     for (Index gi = 0; gi < G; ++gi) lane[gi] = P::iota(T(gi * W));
     const P zero = P::broadcast(T(0));
     if constexpr (G == 1) {
-      // One pack per row (AVX-512 float): the running products of SG states at a time stay in
-      // registers through the block's rows, each row's sum added into the panel per group.
-      constexpr Index SG = 8;
-      for (Index q0 = 0; q0 < N; q0 += SG) {
-        const Index nq = std::min(SG, N - q0);
-        P v[SG];
-        for (Index j = 0; j < SG; ++j) v[j] = zero;
-        for (Index u = i0; u < i1; ++u) {
-          const T* f = tb.fac + (q0 * lr + pad + u);
-          const T* z = tb.Z + (q0 * lr + pad + u);
-          const T* Uu = tb.U + (q0 * lr + pad + u);
-          const P kk = P::broadcast(T(fl ? i1 - 1 - u : u - i0));
-          P o = zero;
-#pragma GCC unroll 8
-          for (Index j = 0; j < SG; ++j)
-            if (j < nq) {
-              const P v0 = v[j] * P::broadcast(f[j * lr]), zq = P::broadcast(z[j * lr]);
-              v[j] = inject(fl, lane[0], kk, zq, v0);
-              o = fma(P::broadcast(Uu[j * lr]), v[j], o);
-            }
-          add_lanes(panel + (fl ? i1 - 1 - u : u - i0) * L_, col0, o);
+      // One pack per row (AVX-512 float): the running products of diag_states states at a time
+      // stay in registers through the block's rows, each row's sum added into the panel per group.
+      for (Index q0 = 0; q0 < N; q0 += diag_states) {
+        const Index nq = std::min(diag_states, N - q0), o0 = q0 * lr + pad;
+        if (nq == diag_states) {
+          if (fl) diag_group<true, true>(tb.fac + o0, tb.Z + o0, tb.U + o0, nq, i0, i1, col0, panel);
+          else diag_group<false, true>(tb.fac + o0, tb.Z + o0, tb.U + o0, nq, i0, i1, col0, panel);
+        } else {
+          if (fl) diag_group<true, false>(tb.fac + o0, tb.Z + o0, tb.U + o0, nq, i0, i1, col0, panel);
+          else diag_group<false, false>(tb.fac + o0, tb.Z + o0, tb.U + o0, nq, i0, i1, col0, panel);
         }
       }
       return;
@@ -648,6 +637,33 @@ class all_channels {
       }
       T* row = panel + (fl ? i1 - 1 - u : u - i0) * L_;
       for (Index gi = ga; gi < gb; ++gi) add_lanes(row, col0 + gi * W, o[gi]);
+    }
+  }
+
+  static constexpr Index diag_states = 8;  ///< states per register group of the one-pack diagonal block
+
+  /// diagonal_block's one-pack form for nq <= diag_states states (all of them when Full) whose
+  /// factor, Z and U rows start at f, z, Uu (row stride lr_, token u at u): the direction and the
+  /// group's size fixed at compile time, so the unrolled loop over the states has no branches.
+  template <bool Fl, bool Full>
+  void diag_group(const T* f, const T* z, const T* Uu, Index nq, Index i0, Index i1, Index col0, T* panel) const {
+    using P = Pk<W>;
+    const Index lr = lr_;
+    const P zero = P::broadcast(T(0)), lane = P::iota(T(0));
+    P v[diag_states];
+    for (Index j = 0; j < diag_states; ++j) v[j] = zero;
+    for (Index u = i0; u < i1; ++u) {
+      const Index k = Fl ? i1 - 1 - u : u - i0;
+      const P kk = P::broadcast(T(k));
+      P o = zero;
+#pragma GCC unroll 8
+      for (Index j = 0; j < diag_states; ++j)
+        if (Full || j < nq) {
+          const P v0 = v[j] * P::broadcast(f[j * lr + u]);
+          v[j] = inject(Fl, lane, kk, P::broadcast(z[j * lr + u]), v0);
+          o = fma(P::broadcast(Uu[j * lr + u]), v[j], o);
+        }
+      add_lanes(panel + k * L_, col0, o);
     }
   }
 
