@@ -439,7 +439,10 @@ class all_channels {
         mid[(b - 1) * N + q] = tb.fac[q * lr + pad + i0];
       }
       for (Index J = b - 2; J >= 0; --J)
-        for (Index q = 0; q < N; ++q) mid[J * N + q] = mid[(J + 1) * N + q] * tb.blk[std::size_t((J + 1) * N + q)];
+        simd::for_packs<T>(N, [&](auto w, Index q) {
+          using Q = Pk<decltype(w)::value>;
+          (Q::load(mid + (J + 1) * N + q) * Q::load(tb.blk.data() + (J + 1) * N + q)).store(mid + J * N + q);
+        });
       // wp[q][x] = bt(sig) mid[J(sig)][q], whole aligned packs of x (so the products' loads of them
       // are forwarded from these stores): forward x = sig - lo, flipped x = i0 - 1 - sig (columns
       // reversed); bt keeps sig at x + shift, aligned too (forward: at sig - lo, shift = 0; flipped:
