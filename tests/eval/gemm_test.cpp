@@ -93,27 +93,30 @@ TEST_CASE("gemm: a slice of a longer packing accumulates in place", "[gemm]") {
 }
 
 TEST_CASE("gemm: the set form writes the block without reading it", "[gemm]") {
-  // m = 21 (a full panel and a partial one with AVX-512 float... and double's), n = 11 (a whole
-  // register block of columns and a partial one); C holds NaN, which += would keep.
+  // Rows of A: one partial panel, one of exactly one pack (48 with AVX-512 float: a full panel and
+  // a 16-row one), several panels; n = 11: a whole register block of columns and a partial one;
+  // k = 0 writes zeros. C holds NaN, which += would keep.
   using namespace iattn::cpu_detail;
-  for (Index m : {Index(1), Index(9), Index(21), Index(40)}) {
-    const Index n = 11, k = 17;
-    const Mat<float> A = normal<float>(m, k), B = normal<float>(n, k);
-    std::vector<float> ap(std::size_t(gemm_padded_rows<float>(m) * k));
-    gemm_pack_a(A.data(), k, m, k, ap.data());
-    const Index ldc = m + 3;
-    std::vector<float> C(std::size_t(ldc * n), std::numeric_limits<float>::quiet_NaN());
-    gemm_tile_add(m, n, k, ap.data(), gemm_mr<float> * k, B.data(), k, C.data(), ldc, 2.f, true);
-    for (Index j = 0; j < n; ++j) {
-      for (Index i = 0; i < m; ++i) {
-        double v = 0.0;
-        for (Index p = 0; p < k; ++p) v += double(A(i, p)) * double(B(j, p));
-        INFO("m = " << m << ", i = " << i << ", j = " << j);
-        REQUIRE(std::abs(C[std::size_t(j * ldc + i)] - 2.0 * v) <= 1e-5 * (1 + std::abs(v)));
+  for (Index m : {Index(1), Index(9), Index(21), Index(40), Index(48)})
+    for (Index k : {Index(17), Index(0)}) {
+      INFO("m = " << m << ", k = " << k);
+      const Index n = 11, kk = std::max<Index>(k, 1);
+      const Mat<float> A = normal<float>(m, kk), B = normal<float>(n, kk);
+      std::vector<float> ap(std::size_t(gemm_padded_rows<float>(m) * kk));
+      gemm_pack_a(A.data(), kk, m, k, ap.data());
+      const Index ldc = m + 3;
+      std::vector<float> C(std::size_t(ldc * n), std::numeric_limits<float>::quiet_NaN());
+      gemm_tile_add(m, n, k, ap.data(), gemm_mr<float> * k, B.data(), kk, C.data(), ldc, 2.f, true);
+      for (Index j = 0; j < n; ++j) {
+        for (Index i = 0; i < m; ++i) {
+          double v = 0.0;
+          for (Index p = 0; p < k; ++p) v += double(A(i, p)) * double(B(j, p));
+          INFO("i = " << i << ", j = " << j);
+          REQUIRE(std::abs(C[std::size_t(j * ldc + i)] - 2.0 * v) <= 1e-5 * (1 + std::abs(v)));
+        }
+        for (Index i = m; i < ldc; ++i) REQUIRE(std::isnan(C[std::size_t(j * ldc + i)]));  // past the block: untouched
       }
-      for (Index i = m; i < ldc; ++i) REQUIRE(std::isnan(C[std::size_t(j * ldc + i)]));  // past the block: untouched
     }
-  }
 }
 
 namespace {

@@ -364,6 +364,41 @@ TEST_CASE("materialize_all: flipped and forward diag * S * diag * conv terms aga
       check_close(t.slice(c), f + 3.0 * S2c * dense_conv(w2, c, L), tol<double>());
     }
   }
+  // Wide states (the one-pack diagonal block's whole register groups, forward and flipped) and wide
+  // convolutions (K up to max_mean_conv: the tables' pads, a forward pack straddling two blocks, the
+  // band's K - 1 diagonals); a per-state decay forward, a factored one flipped.
+  for (auto [N, K] : {std::pair<Index, Index>{8, 5}, {9, 16}, {16, 4}, {16, 16}})
+    for (Index L : {37, 150}) {
+      INFO("N = " << N << ", K = " << K << ", L = " << L);
+      const Index D = 3;
+      const MatD lam = uniform<double>(L, D * N, -0.7, -0.01), B = normal<double>(L, N), C = normal<double>(L, N);
+      const MatD dt = uniform<double>(L, D, 0.01, 0.5), A = uniform<double>(D, N, -1.5, -0.05);
+      const MatD z = normal<double>(L, D), w = normal<double>(K, D, 0.5);
+      auto f32 = [](const MatD& x) { return Mat<float>(x.cast<float>()); };
+      const auto Sp = iattn::semiseparable(lam, B, C, {.heads = D});
+      const auto Sa = iattn::semiseparable(iattn::factored_decay(dt, A), B, C, {.heads = D});
+      const auto h = iattn::diagonal(z) * Sp * iattn::causal_conv(w) + iattn::flip(Sa * iattn::causal_conv(w));
+      const auto Spf = iattn::semiseparable(f32(lam), f32(B), f32(C), {.heads = D});
+      const auto Saf = iattn::semiseparable(iattn::factored_decay(f32(dt), f32(A)), f32(B), f32(C), {.heads = D});
+      const auto hf = iattn::diagonal(f32(z)) * Spf * iattn::causal_conv(f32(w)) + iattn::flip(Saf * iattn::causal_conv(f32(w)));
+      std::vector<iattn::cpu_detail::all_term<double>> terms;
+      REQUIRE(iattn::cpu_detail::expand_all_terms<double>(h, iattn::cpu_detail::context{L, D}, terms));
+      const iattn::Tensor3<double> all = iattn::materialize_all(h);
+      const iattn::Tensor3<float> allf = iattn::materialize_all(hf);
+      MatD lamf(L, D * N);
+      for (Index t = 0; t < L; ++t)
+        for (Index d = 0; d < D; ++d)
+          for (Index m = 0; m < N; ++m) lamf(t, d * N + m) = dt(t, d) * A(d, m);
+      for (Index c = 0; c < D; ++c) {
+        const MatD fw = dense_diagonal(z, c, L) * dense_semiseparable(lam, B, C, D, 1, 1, c) * dense_conv(w, c, L);
+        const MatD bw = dense_semiseparable(lamf, B, C, D, 1, 1, c) * dense_conv(w, c, L);
+        MatD ref = fw;
+        for (Index t = 0; t < L; ++t)
+          for (Index u = 0; u < L; ++u) ref(t, u) += bw(L - 1 - t, L - 1 - u);
+        check_close(all.slice(c), ref, tol<double>());
+        check_close(allf.slice(c), ref, tol<float>());
+      }
+    }
   // Outside the structured path: a flip inside a product, a strict core; the tile path serves them.
   using namespace iattn;
   const bidir_like<double> m(9);

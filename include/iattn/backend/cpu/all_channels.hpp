@@ -6,7 +6,8 @@
 // The tile path (evaluate.hpp) walks each channel's expression tree per 64 x 64 tile: a product
 // with the convolution widens its tiles and sums them, every tile is zeroed before it is filled,
 // and each node keeps its own temporaries. Here each channel's matrix is formed row panel by row
-// panel (panel_rows tokens) in one small buffer that stays in L1, then copied out once.
+// panel (panel_rows tokens) in one buffer laid out as the output (panel_rows * L values: in the
+// cache for moderate L), then copied out at once.
 //
 // One term with a core, channel c (head h, group g), in the term's own token order u:
 //   U[u]   = w post[u] C[u]                                              (L, N)
@@ -129,12 +130,14 @@ class all_channels {
   static constexpr int product_cols = 3;                     ///< packs of columns per register block
   static constexpr Index NR = product_cols * W;              ///< columns per register block
   static constexpr Index pad = (max_mean_conv + W - 1) / W * W;  ///< tokens before u = 0 in a table row
+  // A flipped term's blocks are whole packs of columns, and a forward pack straddles at most two.
+  static_assert(panel_rows % W == 0, "row panels must be whole packs");
 
   // Per-channel tables are state-major: entry (m, u) at m * lr_ + pad + u, so every pass over the
   // tokens is a run of whole packs, shifted loads reach back up to pad tokens, and the pads hold
-  // neutral values (decay 1, everything else 0). Rows start on 64-byte boundaries (one store).
-  // bt keeps column x of core_rows's products at x: a forward term's sig at sig - (K - 1), a
-  // flipped one's at L - 1 - sig.
+  // neutral values (decay 1, everything else 0). The tables share one store starting on a 64-byte
+  // boundary; rows are lr apart, a whole number of packs. bt keeps a forward term's sig at
+  // sig - (K - 1) (column x of core_rows's products at x), a flipped one's at L - 1 - sig.
   struct tables {
     std::vector<T> store;
     T *fac = nullptr, *U = nullptr, *Bp = nullptr, *Z = nullptr, *ct = nullptr, *bt = nullptr;  // (N, lr) each
@@ -165,6 +168,8 @@ class all_channels {
   static T* aligned64(T* p) {
     return reinterpret_cast<T*>((reinterpret_cast<std::uintptr_t>(p) + 63) & ~std::uintptr_t(63));
   }
+  /// v's storage, grown to n elements past a 64-byte boundary.
+  static T* sized_aligned(std::vector<T>& v, Index n) { return aligned64(sized(v, n + 64 / Index(sizeof(T)))); }
 
   /// x (L, M) into out (M, lr) state-major, pads 0.
   void transpose_rows(const coefficient<T>& x, std::vector<T>& out) const {
@@ -217,7 +222,7 @@ class all_channels {
       if (terms_[k].term.S) prepare(terms_[k], c, k, g, s.tab[k], s);
     // Rows [r0, r1) of the output, laid out as there (stride L), formed in the cache and copied
     // out at once: their panel_rows * L values are contiguous in out.
-    T* panel = aligned64(sized(s.panel, panel_rows * L_ + 64 / Index(sizeof(T))));
+    T* panel = sized_aligned(s.panel, panel_rows * L_);
     for (Index p = 0; p < np_; ++p) {
       const Index r0 = p * panel_rows, r1 = std::min(L_, r0 + panel_rows);
       const Index m0 = std::max<Index>(0, r0 - off_), m1 = std::min(L_, r1 + off_);  // the middle columns
@@ -266,7 +271,7 @@ class all_channels {
     const Index L = L_, N = S.state(), K = m.width(), h = S.head_of(c), g = S.group_of_head(h) * N;
     const Index lr = lr_, nrow = N * lr;
     const std::vector<Index>& edges = edges_[a.flipped];
-    T* base = aligned64(sized(tb.store, 6 * nrow + std::max<Index>(K - 1, 1) * lr + 64 / Index(sizeof(T))));
+    T* base = sized_aligned(tb.store, 6 * nrow + std::max<Index>(K - 1, 1) * lr);
     T* fac = tb.fac = base;
     T* U = tb.U = base + nrow;
     T* Bp = tb.Bp = base + 2 * nrow;
@@ -341,7 +346,7 @@ class all_channels {
         for (Index u = 0; u < L; ++u) fq[pad + u] = S.lambda()(u, h * N + q);
       const T* cq = ct_[k].data() + (g + q) * lr + pad;
       const T* Bq = bt_[k].data() + (g + q) * lr + pad;
-      const P aq = P::broadcast(rate[shared ? q : 0]);
+      const P aq = P::broadcast(shared ? rate[q] : T(1));  // (unused when not shared)
       for (Index u = 0; u < Lw; u += W) {
         const P l = shared ? aq * P::load(lam + pad + u) : P::load(fq + pad + u);
         exp(l).store(fq + pad + u);
@@ -430,7 +435,7 @@ class all_channels {
     if (i0 > lo) {
       // ncp: whole packs (aligned rows) and zeros past nc for a register block starting anywhere.
       const Index nc = i0 - lo, nca = (nc + W - 1) / W * W, ncp = nca + NR;
-      T* wp = aligned64(sized(s.wp, ncp * N + 64 / Index(sizeof(T))));  // (N, ncp): column x of the panel's range, state-major
+      T* wp = sized_aligned(s.wp, ncp * N);  // (N, ncp): column x of the panel's range, state-major
       // mid[J N + q] = E(j1 .. i0)[q] of block J < b: fac[i0] times blk of the blocks strictly between;
       // 0 for J = b (the lanes past nc).
       T* mid = sized(s.e, (b + 1) * N);
@@ -470,8 +475,8 @@ class all_channels {
       for (Index q = 0; q < N; ++q) std::fill(wp + q * ncp + nca, wp + (q + 1) * ncp, T(0));
       // Output column of x: forward sig - K + 1 = x (sig = lo .. i0-1); flipped L-1-(sig-K+1) = col0 + x,
       // ascending as sig descends from i0-1. Rows: u ascending forward, descending flipped. The
-      // columns outside the middle [r0 - off, r0 + panel_rows + off): no other term reaches them in
-      // this direction but the same direction's products.
+      // columns outside the middle [m0, m1): no other term reaches them in this direction but the
+      // same direction's products.
       const Index col0 = fl ? L_ - i0 + K - 1 : 0;
       const Index xm0 = fl ? 0 : m0, xm1 = fl ? std::min(nc, m1 - col0) : nc;  // x of the middle
       const T* a0 = tb.ct + pad + (fl ? i1 - 1 : i0);
@@ -496,8 +501,8 @@ class all_channels {
   }
 
   /// out[r][x - x0] (+)= sum_m A(r, m) Wp[m][x] for r < rows and x in [x0, x1) (added when Add,
-  /// written otherwise), A(r, m) at a[r * astep + m * qs], Wp (N, ncp) with zeros in [x1, ncp) and
-  /// ncp >= x1 + NR: register blocks of NR columns, 8 or 4 rows at a time, then the rest; a last, partial
+  /// written otherwise), A(r, m) at a[r * astep + m * qs], Wp (N, ncp) with ncp >= x1 + NR (the
+  /// columns past x1 are read, never written out): register blocks of NR columns, 8 or 4 rows at a time, then the rest; a last, partial
   /// block by its whole packs and its last partial pack through a small buffer, so nothing past x1
   /// is touched.
   template <bool Add>

@@ -26,32 +26,28 @@ namespace iattn::cpu_detail {
 /// Results at least this large are streamed (smaller ones are likely to be read from the cache).
 inline constexpr std::size_t stream_min_bytes = std::size_t(16) << 20;
 
-/// dst[0, n) = src[0, n): the whole cache lines of dst with streaming stores, its partial first
-/// and last lines with plain ones. dst and src must not overlap.
+/// dst[0, n) = src[0, n): the whole 64-byte cache lines of dst with streaming stores, its partial
+/// first and last lines with plain ones. dst and src must not overlap.
 template <class T>
 void stream_copy(T* dst, const T* src, Index n) {
   auto* d = reinterpret_cast<unsigned char*>(dst);
   const auto* s = reinterpret_cast<const unsigned char*>(src);
   std::size_t bytes = std::size_t(n) * sizeof(T);
 #if IATTN_HAS_STREAM
-#if defined(__AVX512F__)
-  constexpr std::size_t V = 64;
-#elif defined(__AVX__)
-  constexpr std::size_t V = 32;
-#else
-  constexpr std::size_t V = 16;
-#endif
-  const std::size_t head = (V - reinterpret_cast<std::uintptr_t>(d) % V) % V;
-  if (bytes >= head + 4 * V) {
+  constexpr std::size_t line = 64;
+  const std::size_t head = (line - reinterpret_cast<std::uintptr_t>(d) % line) % line;
+  if (bytes >= head + 4 * line) {
     std::memcpy(d, s, head);
     d += head, s += head, bytes -= head;
-    for (; bytes >= V; d += V, s += V, bytes -= V) {
+    for (; bytes >= line; d += line, s += line, bytes -= line) {
 #if defined(__AVX512F__)
       _mm512_stream_si512(reinterpret_cast<__m512i*>(d), _mm512_loadu_si512(s));
 #elif defined(__AVX__)
-      _mm256_stream_si256(reinterpret_cast<__m256i*>(d), _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s)));
+      for (std::size_t o = 0; o < line; o += 32)
+        _mm256_stream_si256(reinterpret_cast<__m256i*>(d + o), _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + o)));
 #else
-      _mm_stream_si128(reinterpret_cast<__m128i*>(d), _mm_loadu_si128(reinterpret_cast<const __m128i*>(s)));
+      for (std::size_t o = 0; o < line; o += 16)
+        _mm_stream_si128(reinterpret_cast<__m128i*>(d + o), _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + o)));
 #endif
     }
   }

@@ -98,14 +98,10 @@ template <class T>
 void mul_packed(Index n, Index m, Index k, const T* B, Index ldb, const T* ap, Index panel_stride, T* out, Index ldo) {
   if (n > 0 && m > 0 && k > 0) gemm_tile_add(m, n, k, ap, panel_stride, B, ldb, out, ldo, T(1));
 }
-/// out (n, m) = B A^T, as mul_packed, out not read (it need not be initialised).
+/// out (n, m) = B A^T, as mul_packed, out not read (it need not be initialised; k = 0 writes zeros).
 template <class T>
 void mul_packed_set(Index n, Index m, Index k, const T* B, Index ldb, const T* ap, Index panel_stride, T* out, Index ldo) {
-  if (n <= 0 || m <= 0) return;
-  if (k > 0)
-    gemm_tile_add(m, n, k, ap, panel_stride, B, ldb, out, ldo, T(1), true);
-  else
-    for (Index j = 0; j < n; ++j) std::fill(out + j * ldo, out + j * ldo + m, T(0));
+  if (n > 0 && m > 0) gemm_tile_add(m, n, k, ap, panel_stride, B, ldb, out, ldo, T(1), true);
 }
 
 /// dst[c:c + G W] += sum_{j < J} coef[j] src[j * w + c:c + G W], the G packs' sums held in registers
