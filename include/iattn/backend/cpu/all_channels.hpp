@@ -480,13 +480,16 @@ class all_channels {
       const Index col0 = fl ? L_ - i0 + K - 1 : 0;
       const Index xm0 = fl ? 0 : m0, xm1 = fl ? std::min(nc, m1 - col0) : nc;  // x of the middle
       const T* a0 = tb.ct + pad + (fl ? i1 - 1 : i0);
-      if (xm0 < xm1) product<true>(a0, fl ? -1 : 1, lr, n, wp, ncp, N, xm0, xm1, panel + col0 + xm0, L_);
+      auto columns = [&](auto add, Index x0, Index x1) {  // x in [x0, x1), added or written
+        product<decltype(add)::value>(a0, fl ? -1 : 1, lr, n, wp, ncp, N, x0, x1, panel + col0 + x0, L_);
+      };
+      if (xm0 < xm1) columns(std::true_type{}, xm0, xm1);
       const Index xd0 = fl ? std::max<Index>(0, xm1) : 0, xd1 = fl ? nc : std::min(nc, m0);  // x outside
       if (xd0 < xd1) {
         if (written)
-          product<true>(a0, fl ? -1 : 1, lr, n, wp, ncp, N, xd0, xd1, panel + col0 + xd0, L_);
+          columns(std::true_type{}, xd0, xd1);
         else
-          product<false>(a0, fl ? -1 : 1, lr, n, wp, ncp, N, xd0, xd1, panel + col0 + xd0, L_);
+          columns(std::false_type{}, xd0, xd1);
         written = true;
       }
     }
@@ -502,9 +505,9 @@ class all_channels {
 
   /// out[r][x - x0] (+)= sum_m A(r, m) Wp[m][x] for r < rows and x in [x0, x1) (added when Add,
   /// written otherwise), A(r, m) at a[r * astep + m * qs], Wp (N, ncp) with ncp >= x1 + NR (the
-  /// columns past x1 are read, never written out): register blocks of NR columns, 8 or 4 rows at a time, then the rest; a last, partial
-  /// block by its whole packs and its last partial pack through a small buffer, so nothing past x1
-  /// is touched.
+  /// columns past x1 are read, never written out): register blocks of NR columns, 8 or 4 rows at a
+  /// time, then the rest; a last, partial block by its whole packs and its last partial pack
+  /// through a small buffer, so nothing past x1 is touched.
   template <bool Add>
   static void product(const T* a, Index astep, Index qs, Index rows, const T* wp, Index ncp, Index N, Index x0, Index x1,
                       T* out, Index ld) {
@@ -603,13 +606,14 @@ class all_channels {
       // stay in registers through the block's rows, each row's sum added into the panel per group.
       for (Index q0 = 0; q0 < N; q0 += diag_states) {
         const Index nq = std::min(diag_states, N - q0), o0 = q0 * lr + pad;
-        if (nq == diag_states) {
-          if (fl) diag_group<true, true>(tb.fac + o0, tb.Z + o0, tb.U + o0, nq, i0, i1, col0, panel);
-          else diag_group<false, true>(tb.fac + o0, tb.Z + o0, tb.U + o0, nq, i0, i1, col0, panel);
-        } else {
-          if (fl) diag_group<true, false>(tb.fac + o0, tb.Z + o0, tb.U + o0, nq, i0, i1, col0, panel);
-          else diag_group<false, false>(tb.fac + o0, tb.Z + o0, tb.U + o0, nq, i0, i1, col0, panel);
-        }
+        auto group = [&](auto flc, auto full) {
+          diag_group<decltype(flc)::value, decltype(full)::value>(tb.fac + o0, tb.Z + o0, tb.U + o0, nq, i0, i1, col0, panel);
+        };
+        const bool full = nq == diag_states;
+        if (fl)
+          full ? group(std::true_type{}, std::true_type{}) : group(std::true_type{}, std::false_type{});
+        else
+          full ? group(std::false_type{}, std::true_type{}) : group(std::false_type{}, std::false_type{});
       }
       return;
     }

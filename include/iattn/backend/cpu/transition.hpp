@@ -219,8 +219,8 @@ class head_matrix {
       rmat<T> K(N, W), Q = summary(e).Phi, next(N, N);
       K.rightCols(C) = summary(e).Keff;  // column block e: Keff_e
       for (Index j = e - 1; j >= b; --j) {
-        mul_packed_set(N, C, N, Q.data(), N, summary(j).Keff_p.data(), MR * N, K.data() + (j - b) * C, W);
-        mul_packed_set(N, N, N, Q.data(), N, summary(j).Phi_p.data(), MR * N, next.data(), N);
+        mul_packed(N, C, N, Q.data(), N, summary(j).Keff_p.data(), MR * N, K.data() + (j - b) * C, W, true);
+        mul_packed(N, N, N, Q.data(), N, summary(j).Phi_p.data(), MR * N, next.data(), N, true);
         Q.swap(next);
       }
       super_summary<T>& s = supers_[std::size_t(sb)];
@@ -253,7 +253,7 @@ class head_matrix {
       p.phi = p.low = ib;
     }
     auto advance = [&](const std::vector<T>& phi_p) {  // R <- R Phi
-      mul_packed_set(rows, N, N, p.R.data(), N, phi_p.data(), MR * N, p.next.data(), N);
+      mul_packed(rows, N, N, p.R.data(), N, phi_p.data(), MR * N, p.next.data(), N, true);
       p.R.swap(p.next);
     };
     while (p.low > jb) {
@@ -262,7 +262,7 @@ class head_matrix {
         for (; p.phi > J + 1; --p.phi) advance(summary(p.phi - 1).Phi_p);
         std::vector<T>& t = p.tiles[std::size_t(J - own)];
         t.resize(std::size_t(rows * chunk_len));
-        mul_packed_set(rows, chunk_len, N, p.R.data(), N, summary(J).Keff_p.data(), MR * N, t.data(), chunk_len);
+        mul_packed(rows, chunk_len, N, p.R.data(), N, summary(J).Keff_p.data(), MR * N, t.data(), chunk_len, true);
         p.low = J;
       } else {  // a strip of the superblock to the left
         const Index sb = p.low / super_chunks - 1;
@@ -272,7 +272,7 @@ class head_matrix {
         }
         std::vector<T>& st = p.strips[std::size_t(sb)];
         st.resize(std::size_t(rows * W));
-        mul_packed_set(rows, W, N, p.R.data(), N, super(sb).K_p.data(), MR * N, st.data(), W);
+        mul_packed(rows, W, N, p.R.data(), N, super(sb).K_p.data(), MR * N, st.data(), W, true);
         p.low = sb * super_chunks;
       }
     }

@@ -93,15 +93,12 @@ void transpose_into(Index rows, Index cols, const T* src, Index lds, T* dst, Ind
 
 /// out (n, m) += B A^T, A given packed (gemm_pack_a_t or gemm_pack_a, k inner indices, panels
 /// panel_stride apart: a slice [p0, p0 + k) of a longer packing of K starts at ap + p0 gemm_mr
-/// with panel_stride gemm_mr K); B (n, k) row-major with row stride ldb.
+/// with panel_stride gemm_mr K); B (n, k) row-major with row stride ldb. set: out = B A^T instead,
+/// out not read (it need not be initialised; k = 0 writes zeros).
 template <class T>
-void mul_packed(Index n, Index m, Index k, const T* B, Index ldb, const T* ap, Index panel_stride, T* out, Index ldo) {
-  if (n > 0 && m > 0 && k > 0) gemm_tile_add(m, n, k, ap, panel_stride, B, ldb, out, ldo, T(1));
-}
-/// out (n, m) = B A^T, as mul_packed, out not read (it need not be initialised; k = 0 writes zeros).
-template <class T>
-void mul_packed_set(Index n, Index m, Index k, const T* B, Index ldb, const T* ap, Index panel_stride, T* out, Index ldo) {
-  if (n > 0 && m > 0) gemm_tile_add(m, n, k, ap, panel_stride, B, ldb, out, ldo, T(1), true);
+void mul_packed(Index n, Index m, Index k, const T* B, Index ldb, const T* ap, Index panel_stride, T* out, Index ldo,
+                bool set = false) {
+  if (n > 0 && m > 0 && (k > 0 || set)) gemm_tile_add(m, n, k, ap, panel_stride, B, ldb, out, ldo, T(1), set);
 }
 
 /// dst[c:c + G W] += sum_{j < J} coef[j] src[j * w + c:c + G W], the G packs' sums held in registers
