@@ -3,7 +3,7 @@
 // (D = 2560) and RWKV-4 (D = 1024) at L in {256, 1024, 4096, 16384}, float, with the machine's peak
 // measured in the same run:
 //   BM_peak_fma    independent FMA chains in registers on every thread: flops/s
-//   BM_peak_store  streaming vector stores into a 256 MiB buffer on every thread: bytes/s
+//   BM_peak_store  plain vector stores into a 256 MiB buffer on every thread: bytes/s
 // Counters: items_per_second (state updates L*D*N for apply and row, L^2 entries for materialize
 // and materialize_mean), bytes_per_second (bytes written), flops (materialize_mean: the useful
 // multiply-adds of its channel-state products, 2 * L(L+1)/2 * D * N, as a rate). bench/report.py
@@ -12,9 +12,11 @@
 //   iattn_models_bench --benchmark_out=models.json --benchmark_out_format=json
 #include <benchmark/benchmark.h>
 
+#include <iattn/backend/cpu/stream.hpp>
 #include <iattn/models/all.hpp>
 
 #include <algorithm>
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <random>
@@ -34,6 +36,15 @@ using namespace iattn::models;
 // ---- peak probes --------------------------------------------------------------------------------
 constexpr int lanes = iattn::simd::width<float>;
 using batch = iattn::simd::pack<float, lanes>;
+
+/// p[i] = i for i < n, in vector stores on every ISA: the store probes' pattern. The counter is
+/// 32-bit on purpose: a 64-bit one (Index) converted to float compiles to one scalar conversion
+/// and one scalar store per entry without AVX-512DQ (GCC 12, AVX2), which made the probes 2-3.5x
+/// slower than the memory on AVX2 machines until session 32 (docs/performance.md).
+void write_floats(float* p, Index n) {
+  const auto m = static_cast<std::int32_t>(n);
+  for (std::int32_t i = 0; i < m; ++i) p[i] = static_cast<float>(i);
+}
 
 void BM_peak_fma(benchmark::State& st) {
   constexpr int chains = 12;  // FMA latency x issue width on current x86 cores
@@ -69,7 +80,7 @@ void BM_peak_store(benchmark::State& st) {
   for (auto _ : st) {
     iattn::cpu_detail::parallel_for(16, [&](Index p) {
       float* q = buf.get() + p * (n / 16);
-      for (Index i = 0; i < n / 16; ++i) q[i] = float(i);
+      write_floats(q, n / 16);
     });
     benchmark::DoNotOptimize(buf.get());
     benchmark::ClobberMemory();
@@ -285,7 +296,7 @@ void BM_store_rows(benchmark::State& st) {
     float* q = Fresh ? fresh.data() : kept.data();
     iattn::cpu_detail::parallel_for(rows, [&](Index t) {
       float* p = q + t * cols;
-      for (Index i = 0; i < cols; ++i) p[i] = float(i);
+      write_floats(p, cols);
     });
     benchmark::DoNotOptimize(q);
     benchmark::ClobberMemory();
@@ -452,9 +463,28 @@ void BM_store_vim(benchmark::State& st) {
     float* q = Fresh ? fresh.get() : kept.get();
     iattn::cpu_detail::parallel_for(768, [&](Index c) {
       float* p = q + c * L * L;
-      for (Index i = 0; i < L * L; ++i) p[i] = float(i);
+      write_floats(p, L * L);
     });
     benchmark::DoNotOptimize(q);
+    benchmark::ClobberMemory();
+  }
+  st.SetBytesProcessed(st.iterations() * n * Index(sizeof(float)));
+}
+/// The same bytes into reused memory with streaming stores (stream.hpp's stream_copy of one
+/// channel's (L, L) from the cache), as materialize_all_into writes a result of 16 MiB or more:
+/// the floor its copy-out competes with where streaming beats plain stores.
+void BM_store_vim_stream(benchmark::State& st) {
+  const Index L = st.range(0), n = 768 * L * L;
+  std::unique_ptr<float[]> kept(new float[std::size_t(n)]);
+  std::fill(kept.get(), kept.get() + n, 0.f);
+  std::vector<float> src(std::size_t(L * L));
+  write_floats(src.data(), L * L);
+  for (auto _ : st) {
+    iattn::cpu_detail::parallel_for(768, [&](Index c) {
+      iattn::cpu_detail::stream_copy(kept.get() + c * L * L, src.data(), L * L);
+      iattn::cpu_detail::stream_fence();
+    });
+    benchmark::DoNotOptimize(kept.get());
     benchmark::ClobberMemory();
   }
   st.SetBytesProcessed(st.iterations() * n * Index(sizeof(float)));
@@ -532,4 +562,5 @@ BENCHMARK(BM_all_vim_reused)->Arg(197)->Unit(benchmark::kMillisecond)->UseRealTi
 BENCHMARK(BM_all_vim_per_channel)->Arg(197)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_TEMPLATE(BM_store_vim, true)->Arg(197)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_TEMPLATE(BM_store_vim, false)->Arg(197)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_store_vim_stream)->Arg(197)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_MAIN();
