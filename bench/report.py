@@ -8,7 +8,7 @@ Every figure is the median over the repetitions of one benchmark (Google Benchma
 aggregates are ignored; the medians are taken here from the individual runs, so a file written
 with or without --benchmark_report_aggregates_only=false gives the same table). Fractions of the
 machine's peak use the probes of the same run: BM_peak_fma (flops/s of independent FMA chains on
-every thread) and BM_peak_store (bytes/s of streaming stores). A benchmark that reports no flop
+every thread) and BM_peak_store (bytes/s of plain vector stores). A benchmark that reports no flop
 count (RWKV-4's mean: its exps are not multiply-adds) gets its time only, never "0 GFLOP/s".
 """
 import json
@@ -66,7 +66,7 @@ def report(data):
     reps = sorted({row["repetitions"] for row in by.values()})
     lines = []
     if fma and store:
-        lines.append(f"Peaks of this run: FMA {fma / 1e9:.1f} GFLOP/s, streaming stores {store / 1e9:.1f} GB/s.")
+        lines.append(f"Peaks of this run: FMA {fma / 1e9:.1f} GFLOP/s, vector stores {store / 1e9:.1f} GB/s.")
     else:
         lines.append("Peaks of this run: not measured (run BM_peak_fma and BM_peak_store for the fractions).")
     lines.append(f"Medians of {'/'.join(map(str, reps))} repetitions.\n")

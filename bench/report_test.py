@@ -46,7 +46,7 @@ class ReportTest(unittest.TestCase):
 
     def test_table(self):
         text = report.report(self.data())
-        self.assertIn("FMA 200.0 GFLOP/s, streaming stores 20.0 GB/s", text)
+        self.assertIn("FMA 200.0 GFLOP/s, vector stores 20.0 GB/s", text)
         self.assertIn("2 ms (5.00 G/s)", text)
         self.assertIn("11 ms (90 GFLOP/s, 45% of FMA peak)", text)
         self.assertIn("3 ms (25% of store peak)", text)
