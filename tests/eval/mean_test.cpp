@@ -136,6 +136,21 @@ TEST_CASE("mean: sums, scales, identity, skip diagonals and bound group norms", 
   ref += 2.0 * MatD::Identity(L, L);
   check_close(materialize_mean(Hx), ref, 1e-12);
 
+  // Band terms alone over channels that fill packs and leave a tail (their sums over the channels
+  // by packs): diag * conv, conv alone, a diagonal and the identity.
+  {
+    const Index Db = 37, Lb = 40;
+    const MatD gb = normal<double>(Lb, Db), wb = normal<double>(3, Db, 0.5), db = normal<double>(1, Db);
+    const auto Hb = diagonal(gb) * causal_conv(wb) + 0.25 * causal_conv(wb) + diagonal(db) + identity();
+    REQUIRE(takes_gemm_path(Hb, Lb));
+    const auto eye = [&](Index) { return MatD(MatD::Identity(Lb, Lb)); };
+    MatD refb = mean_oracle(Lb, Db, eye, gb, MatD(), wb) + 0.25 * mean_oracle(Lb, Db, eye, MatD(), MatD(), wb) +
+                mean_oracle(Lb, Db, eye, MatD::Ones(Lb, 1) * db, MatD(), MatD()) + MatD(MatD::Identity(Lb, Lb));
+    check_close(materialize_mean(Hb), refb, 1e-12);
+    const auto Hf = diagonal(Mat<float>(gb.cast<float>())) * causal_conv(Mat<float>(wb.cast<float>())) + identity();
+    check_close(materialize_mean(Hf), mean_oracle(Lb, Db, eye, gb, MatD(), wb) + MatD(MatD::Identity(Lb, Lb)), 2e-6);
+  }
+
   // A bound RMS group norm is a diagonal on the left.
   const MatD x = normal<double>(L, D);
   const auto normed = bind(group_norm(1, uniform<double>(1, D, 0.5, 1.5)) * diagonal(g) * S * causal_conv(w), x);

@@ -652,8 +652,12 @@ void mean_band_term(const mean_term<T>& term, const context& cx, Matrix<T>& out,
   parallel_for(cx.L, [&](Index t) {
     const T* p = term.post.row(t, cx.D, cb, ce - cb, rows[std::min(std::size_t(thread_index()), rows.size() - 1)]);
     for (Index lag = 0; lag < K && lag <= t; ++lag) {
-      T v = 0;
-      for (Index c = cb; c < ce; ++c) v += (p ? p[c - cb] : T(1)) * (term.conv ? term.conv->tap(lag, c) : T(1));
+      // sum_c post[t, c] tap(lag, c): tap(lag, .) is row K-1-lag of the (K, D) weight
+      const T* w = term.conv ? term.conv->w().row(K - 1 - lag) + cb : nullptr;
+      const T v = !p && !w ? T(ce - cb) : simd::sum_packs<T>(ce - cb, [&](auto wd, Index i) {
+        using P = simd::pack<T, decltype(wd)::value>;
+        return p && w ? P::load(p + i) * P::load(w + i) : P::load(p ? p + i : w + i);
+      });
       out(t, t - lag) += scale * v;
     }
   });
