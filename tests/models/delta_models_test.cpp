@@ -255,6 +255,28 @@ rwkv7_weights<T> small_rwkv7(std::uint64_t seed, Index layer_idx, bool fuse_norm
 
 }  // namespace
 
+TEMPLATE_TEST_CASE("RWKV-7 init: orthogonal projections as the reference draws them", "[models][rwkv7][init]", float, double) {
+  // r, k, v (C x C, gains 1, 0.1, 1): orthonormal rows times the gain; the second LoRA layers
+  // (C x rank, gain 0.1): orthonormal columns (square and tall draws).
+  using T = TestType;
+  const double tol = std::is_same_v<T, float> ? 1e-6 : 1e-13;
+  const auto w = rwkv7_init<T>({.hidden_size = 48, .head_dim = 8, .value_dim = 0, .decay_low_rank_dim = 5, .a_low_rank_dim = 6,
+                                .v_low_rank_dim = 7, .gate_low_rank_dim = 9},
+                               3);
+  auto gram_error = [](const Matrix<T>& m, double gain, bool rows) {
+    const Matrix<double> x = m.template cast<double>() / gain;
+    const Matrix<double> G = rows ? Matrix<double>(x * x.transpose()) : Matrix<double>(x.transpose() * x);
+    return (G - Matrix<double>::Identity(G.rows(), G.cols())).cwiseAbs().maxCoeff();
+  };
+  CHECK(gram_error(w.r_proj_weight, 1.0, true) < tol);
+  CHECK(gram_error(w.k_proj_weight, 0.1, true) < tol);
+  CHECK(gram_error(w.v_proj_weight, 1.0, true) < tol);
+  CHECK(gram_error(w.w_lora_lora_2_weight, 0.1, false) < tol);
+  CHECK(gram_error(w.a_lora_lora_2_weight, 0.1, false) < tol);
+  // distinct draws, not one matrix repeated
+  CHECK((w.r_proj_weight - w.v_proj_weight).cwiseAbs().maxCoeff() > T(0.1));
+}
+
 TEMPLATE_TEST_CASE("RWKV-7 time mixing: exact decomposition and doors", "[models][rwkv7]", float, double) {
   using T = TestType;
   for (bool fuse : {true, false}) {
