@@ -263,6 +263,9 @@ void materialize_core(const cpu_detail::mean_term<T>& term, const cuda& on, Inde
     case kind::complex:
       return cuda_eval<ComplexSemiseparable<T>>::materialize(*static_cast<const ComplexSemiseparable<T>*>(term.node), on,
                                                              c, out, L);
+    case kind::softmax:
+      return cuda_eval<SoftmaxAttention<T, true>>::materialize(*static_cast<const SoftmaxAttention<T, true>*>(term.node), on,
+                                                               c, out, L);
     case kind::none:
       break;
   }
@@ -308,7 +311,7 @@ void blocked_mean_term(const cpu_detail::mean_term<T>& term, const cuda& on, Ind
 /// expands (the CPU's expand_terms, backend/cpu/mean.hpp) into terms w diag(P) Core diag(Q) [conv]
 /// with Core
 ///   - a node whose matrix its head's channels share (Semiseparable, a row-normalised one,
-///     Transition, ComplexSemiseparable) with two or more channels per head: each head's core
+///     Transition, ComplexSemiseparable, a causal SoftmaxAttention) with two or more channels per head: each head's core
 ///     materialized once, the channels entering through their diagonals and taps;
 ///   - a Semiseparable with one channel per head (Mamba-1): blocked products over (channel, state);
 ///   - none (a band): the channels' diagonals and taps.

@@ -683,6 +683,15 @@ void head_mean_cases_float(iattn::cuda on, Check&& check, const lengths& ls) {
                                                {.heads = H, .head_dim = P})) +
                       iattn::diagonal(uniform<T>(L, D, -1, 1)) * iattn::causal_conv(uniform<T>(2, D, -1, 1));
       run("row_normalize(S) + band", rn, {}, true);
+      // causal softmax attention between diagonals (H = 2, P = 3, dk = 5); the bidirectional
+      // form keeps the channel path (the head path's cores are lower triangular)
+      const iattn::softmax_options so{.heads = H, .head_dim = P, .scale = 2.0};
+      const Mat<T> Q = uniform<T>(L, H * 5, -1, 1), Kq = uniform<T>(L, H * 5, -1, 1);
+      const auto sm = iattn::diagonal(uniform<T>(L, D, -1, 1)) * iattn::softmax_attention(Q, Kq, so) *
+                      iattn::diagonal(uniform<T>(L, D, -1, 1));
+      run("softmax attention", sm, {}, true);
+      run("softmax attention, abs", sm, {.abs = true}, true);
+      run("bidirectional softmax attention", iattn::softmax_attention(Q, Kq, so, iattn::bidirectional), {}, false);
     }
   }
 }

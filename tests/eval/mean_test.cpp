@@ -178,6 +178,61 @@ TEST_CASE("mean: zero decays and long strong decay stay exact and finite", "[mea
     for (Index s = 0; s + 4 <= t; ++s) REQUIRE(mf(t, s) == 0.0f);
 }
 
+TEMPLATE_TEST_CASE("mean: sums with flipped terms (Vision Mamba's form), signed, abs and channel ranges", "[mean]", float,
+                   double) {
+  // H = s (diag(g) S_f diag(q) conv_f + diag(k)) + s flip(diag(g') S_b diag(q') conv_b): the signed
+  // mean is taken term by term (a flipped term's as J mean J), the abs mean on the tile path; both
+  // against per-channel dense matrices from plain loops.
+  using T = TestType;
+  const Index D = 5, N = 3, K = 4;
+  for (Index L : {Index(1), Index(9), Index(70)}) {
+    INFO("L = " << L);
+    struct side {
+      Mat<T> g, dt, A, B, C, w;
+      MatD lam;
+    };
+    auto make = [&] {
+      side d{normal<T>(L, D), uniform<T>(L, D, 0.001, 0.3), -uniform<T>(D, N, 0.5, 8.0), normal<T>(L, N), normal<T>(L, N),
+             normal<T>(K, D, 0.5), MatD(L, D * N)};
+      for (Index t = 0; t < L; ++t)
+        for (Index c = 0; c < D; ++c)
+          for (Index m = 0; m < N; ++m) d.lam(t, c * N + m) = double(d.dt(t, c)) * double(d.A(c, m));
+      return d;
+    };
+    const side f = make(), b = make();
+    const Mat<T> skip = normal<T>(1, D);
+    using namespace iattn;
+    auto term = [&](const side& d) {
+      return diagonal(d.g) * semiseparable(factored_decay(d.dt, d.A), d.B, d.C, {.heads = D}) * diagonal(d.dt) *
+             causal_conv(d.w);
+    };
+    const T s = T(0.5);
+    const auto H = s * (term(f) + diagonal(skip)) + s * flip(term(b));
+    auto channel = [&](const side& d, Index c) {  // channel c of one side's term, dense
+      const MatD S = dense_semiseparable(d.lam, dd(d.B), dd(d.C), D, 1, 1, c);
+      return mean_oracle(L, 1, [&](Index) { return S; }, dd(d.g).col(c), dd(d.dt).col(c), dd(d.w).col(c));
+    };
+    std::vector<MatD> dense;
+    for (Index c = 0; c < D; ++c) {
+      MatD m = channel(f, c) + MatD(double(skip(0, c)) * MatD::Identity(L, L));
+      m += channel(b, c).reverse();
+      dense.push_back(0.5 * m);
+    }
+    auto mean_of = [&](Index c0, Index c1, bool abs) {
+      MatD m = MatD::Zero(L, L);
+      for (Index c = c0; c < c1; ++c) m += (abs ? MatD(dense[std::size_t(c)].cwiseAbs()) : dense[std::size_t(c)]) / double(c1 - c0);
+      return m;
+    };
+    const double tol = std::is_same_v<T, float> ? 2e-5 : 1e-12;
+    check_close(materialize_mean(H), mean_of(0, D, false), tol);
+    check_close(materialize_mean(H, {.channels = range{1, 4}}), mean_of(1, 4, false), tol);
+    check_close(materialize_mean(H, {.abs = true}), mean_of(0, D, true), tol);
+    MatD flipped = MatD::Zero(L, L);  // a flip alone
+    for (Index c = 0; c < D; ++c) flipped += channel(b, c).reverse() / double(D);
+    check_close(materialize_mean(flip(term(b))), flipped, tol);
+  }
+}
+
 TEST_CASE("mean: expressions outside the form take the tile path", "[mean]") {
   const Index L = 20, D = 3, N = 2;
   const MatD lam = uniform<double>(L, D * N, -0.6, -0.01), B = normal<double>(L, N), C = normal<double>(L, N);

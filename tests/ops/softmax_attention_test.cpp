@@ -26,9 +26,10 @@ MatD dense_softmax(const MatD& Q, const MatD& K, Index H, Index P, Index c, bool
 
 TEMPLATE_TEST_CASE("softmax_attention matches a dense softmax", "[softmax]", float, double) {
   using T = TestType;
-  const Index H = 2, P = 3, dk = 4, D = H * P;
-  for (Index L : {Index(1), Index(2), Index(7), Index(64), Index(257)}) {
-    INFO("L = " << L);
+  const Index H = 2, P = 3, D = H * P;
+  // key widths below one pack and with a partial last pack (the scores' SIMD tails)
+  for (auto [L, dk] : {std::pair<Index, Index>{1, 4}, {2, 4}, {7, 19}, {64, 4}, {70, 19}, {257, 4}}) {
+    INFO("L = " << L << ", dk = " << dk);
     const Mat<T> Q = normal<T>(L, H * dk, 2.0), K = normal<T>(L, H * dk, 2.0), x = normal<T>(L, D);
     auto A = iattn::softmax_attention(Q, K, {.heads = H, .head_dim = P});
     auto Ab = iattn::softmax_attention(Q, K, {.heads = H, .head_dim = P}, iattn::bidirectional);
@@ -49,4 +50,49 @@ TEST_CASE("softmax_attention subtracts the row maximum: huge scores stay finite"
   const MatD A = iattn::materialize(iattn::softmax_attention(Q, K), 0);
   REQUIRE(A.allFinite());
   for (Index t = 0; t < L; ++t) REQUIRE(std::abs(A.row(t).sum() - 1.0) < 1e-12);
+}
+
+TEMPLATE_TEST_CASE("softmax_attention: channel means (head path), |H| means, per-head means, tiles", "[softmax][means]", float,
+                   double) {
+  // diag(a) A diag(b) with the causal A a head-shared core: materialize_mean, its abs form and one
+  // head's mean against the dense per-channel mean; the bidirectional form's mean (tile path) too;
+  // an off-diagonal tile and one crossing the diagonal against the dense matrix.
+  using T = TestType;
+  const Index H = 3, P = 4, D = H * P;
+  for (auto [L, dk] : {std::pair<Index, Index>{1, 5}, {7, 19}, {65, 8}, {130, 19}}) {
+    INFO("L = " << L << ", dk = " << dk);
+    const Mat<T> Q = normal<T>(L, H * dk, 1.5), K = normal<T>(L, H * dk, 1.5), a = normal<T>(L, D), b = normal<T>(L, D);
+    for (bool causal : {true, false}) {
+      INFO("causal " << causal);
+      auto oracle = [&](Index c) {
+        MatD m = dense_softmax(dd(Q), dd(K), H, P, c, causal);
+        for (Index t = 0; t < L; ++t)
+          for (Index s = 0; s < L; ++s) m(t, s) *= double(a(t, c)) * double(b(s, c));
+        return m;
+      };
+      MatD mean = MatD::Zero(L, L), abs_mean = MatD::Zero(L, L), last_head = MatD::Zero(L, L);
+      for (Index c = 0; c < D; ++c) {
+        const MatD m = oracle(c);
+        mean += m / double(D);
+        abs_mean += m.cwiseAbs() / double(D);
+        if (c / P == H - 1) last_head += m / double(P);
+      }
+      auto check = [&](const auto& A) {
+        const auto expr = iattn::diagonal(a) * A * iattn::diagonal(b);
+        check_close(iattn::materialize_mean(expr), mean, tolerance<T>());
+        check_close(iattn::materialize_mean(expr, {.abs = true}), abs_mean, tolerance<T>());
+        check_close(iattn::materialize_mean(expr, {.head = H - 1}), last_head, tolerance<T>());
+        const Index c = D - 1;
+        const MatD full = oracle(c);
+        const iattn::range low_rows{L / 2, L}, low_cols{0, std::max<Index>(1, L / 3)}, mid_rows{L / 4, (3 * L + 3) / 4},
+            mid_cols{L / 3, L};
+        check_close(iattn::block(expr, c, low_rows, low_cols),
+                    full.block(low_rows.begin, low_cols.begin, low_rows.size(), low_cols.size()), tolerance<T>());
+        check_close(iattn::block(expr, c, mid_rows, mid_cols),
+                    full.block(mid_rows.begin, mid_cols.begin, mid_rows.size(), mid_cols.size()), tolerance<T>());
+      };
+      if (causal) check(iattn::softmax_attention(Q, K, {.heads = H, .head_dim = P}));
+      else check(iattn::softmax_attention(Q, K, {.heads = H, .head_dim = P}, iattn::bidirectional));
+    }
+  }
 }

@@ -28,6 +28,8 @@ template <Scalar T>
 class Transition;
 template <Scalar T>
 class ComplexSemiseparable;
+template <Scalar T, bool Causal>
+class SoftmaxAttention;
 
 namespace cpu_detail {
 
@@ -40,6 +42,8 @@ template <class T>
 inline constexpr bool is_semiseparable_node_v<Transition<T>> = true;  // head-shared likewise
 template <class T>
 inline constexpr bool is_semiseparable_node_v<ComplexSemiseparable<T>> = true;
+template <class T, bool Causal>
+inline constexpr bool is_semiseparable_node_v<SoftmaxAttention<T, Causal>> = true;  // a head's attention matrix
 
 /// P of the expression's Semiseparable nodes (their head_dim); 0 when it has none, -1 when they
 /// disagree. What `head` means in mean_options and materialize_head_means.
@@ -70,7 +74,8 @@ template <class H>
 Index require_heads(const H& h, const char* where) {
   const Index P = cpu_detail::head_dim_of(h);
   if (P == 0)
-    fail(where, "the expression has no heads (no Semiseparable, Transition or ComplexSemiseparable); give options.channels = {c0, c1} instead");
+    fail(where, "the expression has no heads (no Semiseparable, Transition, ComplexSemiseparable or SoftmaxAttention); give "
+         "options.channels = {c0, c1} instead");
   if (P < 0) fail(where, "the expression's Semiseparable nodes disagree on head_dim, so it has no heads; give options.channels");
   return P;
 }

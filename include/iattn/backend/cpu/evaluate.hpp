@@ -170,18 +170,60 @@ Matrix<T> materialize_mean_tiles(const Node& n, const context& cx, mean_request 
   return mean_of_tiles<T>(ch, cx, rq, is_lower_v<Node>, is_upper_v<Node>);
 }
 
+/// Whether n is a Flip, or a sum or scalar multiple with a Flip among its top-level terms (Vision
+/// Mamba, Hydra: H_f + flip(H_b)).
+template <class Node>
+constexpr bool has_top_flip() {
+  if constexpr (is_flip_node<Node>::value) return true;
+  else if constexpr (is_sum_node<Node>::value)
+    return has_top_flip<std::decay_t<decltype(std::declval<const Node&>().left())>>() ||
+           has_top_flip<std::decay_t<decltype(std::declval<const Node&>().right())>>();
+  else if constexpr (is_scaled_node<Node>::value) return has_top_flip<std::decay_t<decltype(std::declval<const Node&>().inner())>>();
+  else return false;
+}
+
+template <class T, class Node>
+Matrix<T> materialize_mean(const Node& n, const context& cx, mean_request rq, mean_path path = mean_path::automatic);
+
+/// out += w * the signed mean of n, split at its flips: a flipped term's mean is J mean(inner) J
+/// (the mean commutes with the token reversal), a subtree without a flip at its top is one mean,
+/// each on the path that takes it (a Flip would keep the tile path for the whole sum).
+template <class T, class Node>
+void add_mean_by_terms(const Node& n, const context& cx, mean_request rq, mean_path path, T w, Matrix<T>& out) {
+  if constexpr (!has_top_flip<Node>()) {
+    out.noalias() += w * materialize_mean<T>(n, cx, rq, path);
+  } else if constexpr (is_sum_node<Node>::value) {
+    add_mean_by_terms<T>(n.left(), cx, rq, path, w, out);
+    add_mean_by_terms<T>(n.right(), cx, rq, path, w, out);
+  } else if constexpr (is_scaled_node<Node>::value) {
+    add_mean_by_terms<T>(n.inner(), cx, rq, path, w * T(n.factor()), out);
+  } else if constexpr (is_flip_node<Node>::value) {
+    const Matrix<T> m = materialize_mean<T>(n.inner(), cx, rq, path);
+    out.noalias() += w * m.reverse();
+  }
+}
+
 /// Mean over channels [c0, c1) of H^c or |H^c|: one core per head and rank-P products when the
 /// heads share their cores and that is cheaper (head_mean.hpp; always for |H^c|), blocked GEMMs
 /// over (channel, state) for diag * core * diag * conv terms (mean.hpp), the tile path otherwise.
+/// A signed mean of a sum with flipped terms is taken term by term (add_mean_by_terms).
 template <class T, class Node>
-Matrix<T> materialize_mean(const Node& n, const context& cx, mean_request rq, mean_path path = mean_path::automatic) {
+Matrix<T> materialize_mean(const Node& n, const context& cx, mean_request rq, mean_path path) {
   if (cx.L == 0 || rq.c1 <= rq.c0) return Matrix<T>::Zero(cx.L, cx.L);
+  if constexpr (has_top_flip<Node>()) {
+    if (!rq.abs) {  // |.| does not split over a sum's terms
+      Matrix<T> out = Matrix<T>::Zero(cx.L, cx.L);
+      add_mean_by_terms<T>(n, cx, rq, path, T(1), out);
+      return out;
+    }
+  }
   constexpr bool has_S = contains_v<Semiseparable<T>, Node>, has_R = contains_v<LinearRecurrence<T>, Node>;
   // One expansion serves both structured paths (mean.hpp): the heads' when the heads share the
   // cores and that is cheaper (or |H^c| is asked for), else the (channel, state) GEMMs.
   mean_terms<T> terms;
   const bool expanded = expand_terms<T>(n, cx, terms);
-  if constexpr (has_S || contains_v<Transition<T>, Node> || contains_v<ComplexSemiseparable<T>, Node>) {  // heads exist only there
+  if constexpr (has_S || contains_v<Transition<T>, Node> || contains_v<ComplexSemiseparable<T>, Node> ||
+                contains_v<SoftmaxAttention<T, true>, Node>) {  // heads exist only there
     const Index P = path != mean_path::channels && expanded ? shared_head_dim(terms, cx) : 0;
     if (P != 0) {
       const head_plan<T> plan{terms, P};

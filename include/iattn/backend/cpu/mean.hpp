@@ -47,6 +47,7 @@
 #include "product.hpp"
 #include "semiseparable.hpp"
 #include "simd.hpp"
+#include "softmax_attention.hpp"
 #include "tile.hpp"
 #include "transition.hpp"
 
@@ -118,7 +119,7 @@ struct mean_term {
   Index head_dim = 0;  // P of a head-shared core (0: none)
   /// The head-shared core's node and its type, for the other backends' head paths (the CUDA
   /// backend's structured means, cuda.hpp): none without one.
-  enum class core_kind { none, semiseparable, row_normalize, transition, complex } kind = core_kind::none;
+  enum class core_kind { none, semiseparable, row_normalize, transition, complex, softmax } kind = core_kind::none;
   const void* node = nullptr;
   Index state = 0;     // N of the core (the head path's cost)
   bool has_core() const { return S != nullptr || R != nullptr || bool(core); }
@@ -213,6 +214,10 @@ bool expand_terms(const Node& n, const context& cx, mean_terms<T>& out) {
     set_head_core<T>(one, n, n.head_dim(), n.state(), mean_term<T>::core_kind::transition);
   } else if constexpr (std::is_same_v<Node, ComplexSemiseparable<T>>) {
     set_head_core<T>(one, n, n.head_dim(), 2 * n.state(), mean_term<T>::core_kind::complex);  // rank 2N real tiles per head
+  } else if constexpr (std::is_same_v<Node, SoftmaxAttention<T, true>>) {
+    // a head's causal attention matrix (its row statistics computed once per head; the head
+    // path's blocks are lower triangular, so the bidirectional form keeps the tile path)
+    set_head_core<T>(one, n, n.head_dim(), n.key_dim(), mean_term<T>::core_kind::softmax);
   } else if constexpr (is_scaled_node<Node>::value) {
     if (!expand_terms<T>(n.inner(), cx, out)) return false;
     for (auto& t : out) t.weight *= n.factor();
