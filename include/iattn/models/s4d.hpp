@@ -133,22 +133,41 @@ Matrix<T> s4d_forward(const s4d_weights<T>& w, const Matrix<T>& u) {
 
 /// The convolution kernel k (L, H), k[l, h] = 2 Re sum_n C'_n exp(dt A_n)^l, as CausalConv taps
 /// (K = L, reversed: tap L-1-l holds lag l). An empty sequence gets the one tap of lag 0.
+/// In double, each power from its exponent split chunk-relative: l = 64 b + j and
+/// exp(dt A l) = exp(dt A 64 b) exp(dt A j), both factors exponentials of their own (no running
+/// products, whose error would grow with l; the real part of every exponent <= 0): per mode
+/// 64 + L / 64 exponentials instead of L, and one complex product's real part per (l, mode). (It
+/// formed every (l, mode) exponential and recomputed the mode's pole and weight for each: 4.7 s for
+/// 1024 channels of 32 modes at L = 1024 on a Zen 3 core pair.)
 template <Scalar T>
 Matrix<T> s4d_kernel_taps(const s4d_weights<T>& w, Index L) {
   w.check();
   L = std::max<Index>(L, 1);
   const Index H = w.config.d_model, M = w.config.modes();
+  constexpr Index chunk = 64;
+  const Index nj = std::min(L, chunk), nb = (L + chunk - 1) / chunk;
   Matrix<T> taps(L, H);
-  for (Index h = 0; h < H; ++h)
-    for (Index l = 0; l < L; ++l) {
-      T acc = 0;
-      for (Index n = 0; n < M; ++n) {
-        std::complex<T> pole, weight;
-        const std::complex<T> dtA = s4d_detail::modes(w, h, n, pole, weight);
-        acc += T(2) * (weight * std::exp(dtA * T(l))).real();  // from the exponent, not a power
-      }
-      taps(L - 1 - l, h) = acc;
+  std::vector<std::complex<double>> dtA(static_cast<std::size_t>(M)), weight(static_cast<std::size_t>(M)), ej(static_cast<std::size_t>(M * nj));
+  std::vector<double> acc(static_cast<std::size_t>(nj));
+  for (Index h = 0; h < H; ++h) {
+    const double dt = std::exp(double(w.kernel_log_dt(0, h)));
+    for (Index n = 0; n < M; ++n) {
+      const std::complex<double> A(-std::exp(double(w.kernel_log_A_real(h, n))), double(w.kernel_A_imag(h, n)));
+      const std::complex<double> a = dt * A, pole = std::exp(a);
+      dtA[std::size_t(n)] = a;
+      weight[std::size_t(n)] = std::complex<double>(double(w.kernel_C_re(h, n)), double(w.kernel_C_im(h, n))) * (pole - 1.0) / A;
+      for (Index j = 0; j < nj; ++j) ej[std::size_t(n * nj + j)] = std::exp(a * double(j));
     }
+    for (Index b = 0; b < nb; ++b) {
+      std::fill(acc.begin(), acc.end(), 0.0);
+      for (Index n = 0; n < M; ++n) {
+        const std::complex<double> wb = weight[std::size_t(n)] * std::exp(dtA[std::size_t(n)] * double(b * chunk));
+        const std::complex<double>* e = ej.data() + n * nj;
+        for (Index j = 0; j < nj; ++j) acc[std::size_t(j)] += wb.real() * e[j].real() - wb.imag() * e[j].imag();
+      }
+      for (Index j = 0; j < nj && b * chunk + j < L; ++j) taps(L - 1 - (b * chunk + j), h) = T(2 * acc[std::size_t(j)]);
+    }
+  }
   return taps;
 }
 
