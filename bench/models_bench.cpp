@@ -155,6 +155,27 @@ struct qwen3_next_gdn {
     return qwen3_next_decompose(w, sample_input(L, 512));
   }
 };
+// Causal softmax attention, GPT-2 small's shape (768 wide, 12 heads of 64): the comparison layer.
+// N is the key width.
+struct transformer {
+  static constexpr const char* name = "transformer";
+  static constexpr Index N = 64;
+  static constexpr double triangles = 0;  // its mean is one matrix per head: no (channel, state) count
+  static auto make(Index L) {
+    static const auto w = transformer_init<float>({.embed_dim = 768, .num_heads = 12}, 11);
+    return transformer_decompose(w, sample_input(L, 768));
+  }
+};
+// Vision-Mamba-small's layer (384 wide, both directions): its channel mean splits at the flip.
+struct vision_mamba_small {
+  static constexpr const char* name = "vision_mamba";
+  static constexpr Index N = 16;
+  static constexpr double triangles = 2;  // both directions
+  static auto make(Index L) {
+    static const auto w = vision_mamba_init<float>({.mamba = {.d_model = 384, .d_state = 16}}, 6);
+    return vision_mamba_decompose(w, sample_input(L, 384));
+  }
+};
 struct rwkv7_tmix {
   static constexpr const char* name = "rwkv7";
   static constexpr Index N = 64;
@@ -314,8 +335,12 @@ void BM_materialize_mean(benchmark::State& st) {
   }
   st.SetItemsProcessed(st.iterations() * L * L);
   st.SetBytesProcessed(st.iterations() * L * L * Index(sizeof(float)));
-  const double flops = 2.0 * double(L) * double(L + 1) / 2.0 * double(D) * double(Model::N);
-  st.counters["flops"] = benchmark::Counter(flops * double(st.iterations()), benchmark::Counter::kIsRate);
+  // the (channel, state) products' multiply-adds over the lower triangle, times the triangles a
+  // model fills (Model::triangles: 2 for a flipped sum); no figure for a model without such a count
+  double triangles = 1;
+  if constexpr (requires { Model::triangles; }) triangles = Model::triangles;
+  const double flops = triangles * 2.0 * double(L) * double(L + 1) / 2.0 * double(D) * double(Model::N);
+  if (triangles > 0) st.counters["flops"] = benchmark::Counter(flops * double(st.iterations()), benchmark::Counter::kIsRate);
 }
 
 template <class Model>
@@ -551,6 +576,21 @@ BENCHMARK_TEMPLATE(BM_materialize_mean, mamba1)->Apply(mean_lengths);
 BENCHMARK_TEMPLATE(BM_materialize_mean, mamba2)->Apply(mean_lengths);
 BENCHMARK_TEMPLATE(BM_materialize_mean, griffin)->Apply(mean_lengths);
 BENCHMARK_TEMPLATE(BM_materialize_mean, rwkv4)->Apply(mean_lengths);
+// softmax attention: apply row by row, one head's matrix, the channel mean by heads
+BENCHMARK_TEMPLATE(BM_apply, transformer)->Apply(delta_lengths);
+BENCHMARK_TEMPLATE(BM_materialize, transformer)->Apply(delta_lengths);
+BENCHMARK_TEMPLATE(BM_materialize_mean, transformer)->Apply(mean_lengths);
+BENCHMARK_TEMPLATE(BM_materialize_mean, vision_mamba_small)->Apply(mean_lengths);
+// S4D's long-convolution kernel (1024 channels of 32 complex modes), what its decomposition builds
+void BM_s4d_kernel(benchmark::State& st) {
+  static const auto w = s4d_init<float>({.d_model = 1024, .d_state = 64}, 12);
+  for (auto _ : st) {
+    Mat k = s4d_kernel_taps(w, st.range(0));
+    benchmark::DoNotOptimize(k.data());
+  }
+  st.SetItemsProcessed(st.iterations() * st.range(0) * 1024 * 32);
+}
+BENCHMARK(BM_s4d_kernel)->Arg(1024)->Arg(4096)->Unit(benchmark::kMillisecond)->UseRealTime();
 using iattn::cpu_detail::mean_path;
 BENCHMARK_TEMPLATE(BM_mean_mamba2_path, mean_path::automatic, false)->Arg(1024)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(1);
 BENCHMARK_TEMPLATE(BM_mean_mamba2_path, mean_path::channels, false)->Arg(1024)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(1);

@@ -6,6 +6,10 @@
 // (.npy files of the mean and rollout), with index.html showing them all, each with a caption.
 //
 //   iattn_demo [out_dir=out] [--quick]        (--quick: small shapes, for the smoke test)
+//   iattn_demo --survey L d_model              every model at that size: one call each of init,
+//                                              forward, decompose, apply, materialize and the
+//                                              channel mean, timed (what a user's first session
+//                                              costs); no pictures
 #include <iattn/explain/methods.hpp>
 #include <iattn/explain/npy.hpp>
 #include <iattn/explain/png.hpp>
@@ -15,6 +19,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -28,6 +33,7 @@ namespace {
 struct settings {
   Index L = 512, d = 256, layers = 4, view = 64;
   std::string out = "out";
+  bool survey = false;  // --survey L d: one call of each step per model, timed; no pictures
 };
 
 struct row_result {
@@ -35,7 +41,12 @@ struct row_result {
   Index L = 0, D = 0;
   double err = 0, apply_ms = 0, materialize_ms = 0;
   std::vector<std::pair<std::string, std::string>> figures = {};  // (PNG file name, caption)
+  double init_ms = 0, forward_ms = 0, decompose_ms = 0, mean_ms = 0;  // --survey
 };
+
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
 
 template <class F>
 double best_ms(F&& f, int reps = 3) {
@@ -53,13 +64,24 @@ template <class MakeBlock, class Forward, class Decompose>
 row_result run_model(const settings& st, const std::string& name, const std::string& note, const Mat& u, MakeBlock make_block,
                      Forward forward, Decompose decompose) {
   row_result r{name, note, u.rows(), 0, 0, 0, 0};
+  auto t0 = std::chrono::steady_clock::now();
   const auto w = make_block(Index(0));
+  r.init_ms = ms_since(t0);
+  t0 = std::chrono::steady_clock::now();
   const Mat block = forward(w, u);
+  r.forward_ms = ms_since(t0);
+  t0 = std::chrono::steady_clock::now();
   const auto d = decompose(w, u);
+  r.decompose_ms = ms_since(t0);
   r.D = d.x.cols();
   r.err = double((d.output() - block).cwiseAbs().maxCoeff()) / (1.0 + double(block.cwiseAbs().maxCoeff()));
-  r.apply_ms = best_ms([&] { volatile float sink = apply(d.H, d.x)(0, 0); (void)sink; });
-  r.materialize_ms = best_ms([&] { volatile float sink = materialize(d.H, 0, u.rows())(0, 0); (void)sink; });
+  const int reps = st.survey ? 1 : 3;
+  r.apply_ms = best_ms([&] { volatile float sink = apply(d.H, d.x)(0, 0); (void)sink; }, reps);
+  r.materialize_ms = best_ms([&] { volatile float sink = materialize(d.H, 0, u.rows())(0, 0); (void)sink; }, reps);
+  if (st.survey) {  // every step of a user's first session with the model, at the asked size
+    r.mean_ms = best_ms([&] { volatile float sink = materialize_mean(d.H, u.rows())(0, 0); (void)sink; }, 1);
+    return r;
+  }
 
   // the pictures: the first st.view tokens, so that single entries stay visible
   const Mat us = u.topRows(std::min(u.rows(), st.view));
@@ -132,21 +154,40 @@ int main(int argc, char** argv) {
       st.L = 32;
       st.d = 32;
       st.layers = 2;
+    } else if (a == "--survey") {
+      // the models split d_model into 4 heads and keys of d/8: multiples of 32
+      char* end1 = nullptr;
+      char* end2 = nullptr;
+      const long Lv = i + 2 < argc ? std::strtol(argv[i + 1], &end1, 10) : 0;
+      const long dv = i + 2 < argc ? std::strtol(argv[i + 2], &end2, 10) : 0;
+      if (i + 2 >= argc || *end1 != '\0' || *end2 != '\0' || Lv < 1 || dv < 32 || dv % 32 != 0) {
+        std::fprintf(stderr, "iattn_demo: --survey takes L >= 1 and d_model, a multiple of 32 (got %s %s)\n",
+                     i + 1 < argc ? argv[i + 1] : "nothing", i + 2 < argc ? argv[i + 2] : "");
+        return 2;
+      }
+      st.survey = true;
+      st.L = Lv;
+      st.d = dv;
+      i += 2;
     } else {
       st.out = a;
     }
   }
-  std::filesystem::create_directories(st.out);
+  if (!st.survey) std::filesystem::create_directories(st.out);
   const Index L = st.L, d = st.d;
   const Mat u = sample_input<float>(L, d, 7);
   std::vector<row_result> rows;
   auto add = [&](row_result r) {
-    std::printf("%-18s %5lld %6lld   %8.1e   %9.2f   %9.2f\n", r.name.c_str(), static_cast<long long>(r.L), static_cast<long long>(r.D), r.err,
+    std::printf("%-18s %5lld %6lld   %8.1e   %9.2f   %9.2f", r.name.c_str(), static_cast<long long>(r.L), static_cast<long long>(r.D), r.err,
                 r.apply_ms, r.materialize_ms);
+    if (st.survey) std::printf("   %9.1f %9.1f %9.1f %9.1f", r.init_ms, r.forward_ms, r.decompose_ms, r.mean_ms);
+    std::printf("\n");
     std::fflush(stdout);
     rows.push_back(std::move(r));
   };
-  std::printf("%-18s %5s %6s   %8s   %9s   %9s\n", "model", "L", "D", "rel.err", "apply ms", "mater. ms");
+  std::printf("%-18s %5s %6s   %8s   %9s   %9s", "model", "L", "D", "rel.err", "apply ms", "mater. ms");
+  if (st.survey) std::printf("   %9s %9s %9s %9s", "init ms", "fwd ms", "decomp ms", "mean ms");
+  std::printf("\n");
 
   add(run_model(st, "mamba", "Mamba-1 block, exact (D skip and conv bias kept)", u,
                 [&](Index l) { return mamba_init<float>({.d_model = d, .d_state = 16}, 100 + std::uint64_t(l)); },
@@ -236,8 +277,10 @@ int main(int argc, char** argv) {
                 },
                 [](const auto& w, const Mat& x) { return rwkv7_forward(w, x); }, [](const auto& w, const Mat& x) { return rwkv7_decompose(w, x); }));
 
-  explain::write_text(st.out + "/index.html", index_html(rows, st));
-  std::printf("gallery: %s/index.html (%zu models)\n", st.out.c_str(), rows.size());
+  if (!st.survey) {
+    explain::write_text(st.out + "/index.html", index_html(rows, st));
+    std::printf("gallery: %s/index.html (%zu models)\n", st.out.c_str(), rows.size());
+  }
   double worst = 0;
   for (const auto& r : rows) worst = std::max(worst, r.err);
   std::printf("worst relative exactness error (float): %.1e\n", worst);
