@@ -311,8 +311,9 @@ void blocked_mean_term(const cpu_detail::mean_term<T>& term, const cuda& on, Ind
 /// expands (the CPU's expand_terms, backend/cpu/mean.hpp) into terms w diag(P) Core diag(Q) [conv]
 /// with Core
 ///   - a node whose matrix its head's channels share (Semiseparable, a row-normalised one,
-///     Transition, ComplexSemiseparable, a causal SoftmaxAttention) with two or more channels per head: each head's core
-///     materialized once, the channels entering through their diagonals and taps;
+///     Transition, ComplexSemiseparable, a causal SoftmaxAttention) with two or more channels per
+///     head: each head's core materialized once, the channels entering through their diagonals and
+///     taps;
 ///   - a Semiseparable with one channel per head (Mamba-1): blocked products over (channel, state);
 ///   - none (a band): the channels' diagonals and taps.
 /// |H^c| (abs) only for a single term without a convolution whose core a head shares. False
