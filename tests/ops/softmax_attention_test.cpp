@@ -28,7 +28,8 @@ TEMPLATE_TEST_CASE("softmax_attention matches a dense softmax", "[softmax]", flo
   using T = TestType;
   const Index H = 2, P = 3, D = H * P;
   // key widths below one pack and with a partial last pack (the scores' SIMD tails)
-  for (auto [L, dk] : {std::pair<Index, Index>{1, 4}, {2, 4}, {7, 19}, {64, 4}, {70, 19}, {257, 4}}) {
+  for (const auto& size : {std::pair<Index, Index>{1, 4}, {2, 4}, {7, 19}, {64, 4}, {70, 19}, {257, 4}}) {
+    const Index L = size.first, dk = size.second;  // not a structured binding: lambdas capture them
     INFO("L = " << L << ", dk = " << dk);
     const Mat<T> Q = normal<T>(L, H * dk, 2.0), K = normal<T>(L, H * dk, 2.0), x = normal<T>(L, D);
     auto A = iattn::softmax_attention(Q, K, {.heads = H, .head_dim = P});
@@ -59,7 +60,8 @@ TEMPLATE_TEST_CASE("softmax_attention: channel means (head path), |H| means, per
   // an off-diagonal tile and one crossing the diagonal against the dense matrix.
   using T = TestType;
   const Index H = 3, P = 4, D = H * P;
-  for (auto [L, dk] : {std::pair<Index, Index>{1, 5}, {7, 19}, {65, 8}, {130, 19}}) {
+  for (const auto& size : {std::pair<Index, Index>{1, 5}, {7, 19}, {65, 8}, {130, 19}}) {
+    const Index L = size.first, dk = size.second;
     INFO("L = " << L << ", dk = " << dk);
     const Mat<T> Q = normal<T>(L, H * dk, 1.5), K = normal<T>(L, H * dk, 1.5), a = normal<T>(L, D), b = normal<T>(L, D);
     for (bool causal : {true, false}) {
