@@ -17,11 +17,10 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 namespace iattn::cpu_detail {
@@ -58,24 +57,26 @@ void softmax_scores(const SoftmaxAttention<T, Causal>& n, Index h, Index t, Inde
   }
 }
 
-/// w[i] = exp(w[i] - m) for i < n; returns their sum.
-template <class T>
-T softmax_exp(T* w, Index n, T m) {
-  return simd::sum_packs<T>(n, [&](auto wd, Index i) {
+/// Row t's statistics over its end >= 1 columns: the maximum score m and 1 / sum_s exp(score - m);
+/// w (end values) left holding exp(score - m).
+template <class T, bool Causal>
+std::pair<T, T> softmax_stats(const SoftmaxAttention<T, Causal>& n, Index h, Index t, Index end, T* w) {
+  softmax_scores(n, h, t, 0, end, w);
+  const T m = *std::max_element(w, w + end);
+  const T sum = simd::sum_packs<T>(end, [&](auto wd, Index i) {
     using Q = simd::pack<T, decltype(wd)::value>;
     const Q e = exp(Q::load(w + i) - Q::broadcast(m));
     e.store(w + i);
     return e;
   });
+  return {m, T(1) / sum};
 }
 
-/// Row t of head h's attention matrix into w (length L; zero where masked).
+/// Row t of head h's attention matrix into w (length L >= 1; zero where masked).
 template <class T, bool Causal>
 void softmax_row(const SoftmaxAttention<T, Causal>& n, Index h, Index t, Index L, T* w) {
   const Index end = Causal ? t + 1 : L;
-  softmax_scores(n, h, t, 0, end, w);
-  const T mx = end > 0 ? *std::max_element(w, w + end) : T(0);
-  const T inv = T(1) / softmax_exp(w, end, mx);
+  const T inv = softmax_stats(n, h, t, end, w).second;
   simd::for_packs<T>(end, [&](auto wd, Index i) {
     using Q = simd::pack<T, decltype(wd)::value>;
     (Q::load(w + i) * Q::broadcast(inv)).store(w + i);
@@ -95,13 +96,8 @@ class softmax_head {
       mx_.resize(std::size_t(L_));
       inv_.resize(std::size_t(L_));
       std::vector<T> w(static_cast<std::size_t>(L_));
-      for (Index t = 0; t < L_; ++t) {
-        const Index end = Causal ? t + 1 : L_;
-        softmax_scores(*n_, h_, t, 0, end, w.data());
-        const T mx = *std::max_element(w.begin(), w.begin() + end);
-        mx_[std::size_t(t)] = mx;
-        inv_[std::size_t(t)] = T(1) / softmax_exp(w.data(), end, mx);
-      }
+      for (Index t = 0; t < L_; ++t)
+        std::tie(mx_[std::size_t(t)], inv_[std::size_t(t)]) = softmax_stats(*n_, h_, t, Causal ? t + 1 : L_, w.data());
     });
   }
 
@@ -125,23 +121,12 @@ class softmax_head {
 };
 
 /// The row statistics of (node, head), shared by every evaluator of that head alive at the same
-/// time (the channels of one head in materialize_all or a channel mean). Keyed by the node's
-/// address and its coefficients' storage: an entry lives only as long as an evaluator holds it,
-/// and evaluators never outlive the evaluation call that made them, during which the node is alive
-/// and unchanged.
+/// time (tile.hpp's shared_while_held, keyed by the node and its coefficients' storage).
 template <class T, bool Causal>
 std::shared_ptr<softmax_head<T, Causal>> shared_softmax_head(const SoftmaxAttention<T, Causal>& n, Index L, Index h) {
   using key = std::tuple<const void*, Index, Index, const void*, const void*>;
-  static std::mutex mu;
-  static std::map<key, std::weak_ptr<softmax_head<T, Causal>>> registry;
-  const key k{&n, h, L, n.Q().data(), n.K().data()};
-  std::lock_guard<std::mutex> lock(mu);
-  if (auto it = registry.find(k); it != registry.end())
-    if (auto m = it->second.lock()) return m;
-  for (auto it = registry.begin(); it != registry.end();) it = it->second.expired() ? registry.erase(it) : std::next(it);
-  auto m = std::make_shared<softmax_head<T, Causal>>(n, L, h);
-  registry[k] = m;
-  return m;
+  return shared_while_held<softmax_head<T, Causal>>(key{&n, h, L, n.Q().data(), n.K().data()},
+                                                    [&] { return std::make_shared<softmax_head<T, Causal>>(n, L, h); });
 }
 
 template <class T, bool Causal>

@@ -17,7 +17,9 @@
 #include <Eigen/Core>
 
 #include <algorithm>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <vector>
 
@@ -324,5 +326,24 @@ void diagonal_block(const Ev& ev, Index i0, Index i1, Index j0, Index j1, tile<T
 
 /// Token-block edge used by every tiled evaluator: tiles line up on multiples of it.
 inline constexpr Index tile_size = 64;
+
+/// The object stored under key k, shared by every evaluator holding it at the same time (the
+/// channels of one head in a channel mean or materialize_all): made by make() when no evaluator
+/// holds one. An entry lives only as long as an evaluator holds it; callers key it by their node's
+/// address and its coefficients' storage, and evaluators never outlive the evaluation call that
+/// made them, during which the node is alive and unchanged. Each instantiation (each caller) has
+/// its own registry.
+template <class Obj, class Key, class Make>
+std::shared_ptr<Obj> shared_while_held(const Key& k, Make&& make) {
+  static std::mutex mu;
+  static std::map<Key, std::weak_ptr<Obj>> registry;
+  std::lock_guard<std::mutex> lock(mu);
+  if (auto it = registry.find(k); it != registry.end())
+    if (auto m = it->second.lock()) return m;
+  for (auto it = registry.begin(); it != registry.end();) it = it->second.expired() ? registry.erase(it) : std::next(it);
+  std::shared_ptr<Obj> m = make();
+  registry[k] = m;
+  return m;
+}
 
 }  // namespace iattn::cpu_detail

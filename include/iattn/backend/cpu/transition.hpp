@@ -41,7 +41,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -288,22 +287,12 @@ class head_matrix {
 };
 
 /// The head matrix of (node, head), shared by every evaluator of that head alive at the same time
-/// (the channels of one head in a channel mean). Keyed by the node's address and its coefficients'
-/// storage: an entry lives only as long as an evaluator holds it, and evaluators never outlive the
-/// evaluation call that made them, during which the node is alive and unchanged.
+/// (tile.hpp's shared_while_held, keyed by the node and its coefficients' storage).
 template <class T>
 std::shared_ptr<head_matrix<T>> shared_head_matrix(const Transition<T>& n, Index L, Index h) {
   using key = std::tuple<const void*, Index, Index, const void*, const void*, const void*, const void*, const void*>;
-  static std::mutex mu;
-  static std::map<key, std::weak_ptr<head_matrix<T>>> registry;
-  const key k{&n, h, L, n.q().data(), n.k().data(), n.lambda().data(), n.a().data(), n.b().data()};
-  std::lock_guard<std::mutex> lock(mu);
-  if (auto it = registry.find(k); it != registry.end())
-    if (auto m = it->second.lock()) return m;
-  for (auto it = registry.begin(); it != registry.end();) it = it->second.expired() ? registry.erase(it) : std::next(it);
-  auto m = std::make_shared<head_matrix<T>>(n, L, h);
-  registry[k] = m;
-  return m;
+  return shared_while_held<head_matrix<T>>(key{&n, h, L, n.q().data(), n.k().data(), n.lambda().data(), n.a().data(), n.b().data()},
+                                           [&] { return std::make_shared<head_matrix<T>>(n, L, h); });
 }
 
 /// apply_head's defaults: the input read in place, the outputs left as they are.
