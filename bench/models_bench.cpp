@@ -176,6 +176,16 @@ struct vision_mamba_small {
     return vision_mamba_decompose(w, sample_input(L, 384));
   }
 };
+// The LRU (Orvieto et al.) at the survey's width: time-invariant, so its channel mean is Toeplitz
+// (backend/cpu/toeplitz_mean.hpp). 4N + H = 1152 inner channels.
+struct lru_layer {
+  static constexpr const char* name = "lru";
+  static constexpr Index N = 1;
+  static auto make(Index L) {
+    static const auto w = lru_init<float>({.d_model = 1024, .d_hidden = 32, .r_min = 0.5, .r_max = 0.99, .max_phase = 0.314}, 2200);
+    return lru_decompose(w, sample_input(L, 1024));
+  }
+};
 struct rwkv7_tmix {
   static constexpr const char* name = "rwkv7";
   static constexpr Index N = 64;
@@ -408,6 +418,18 @@ void BM_mean_rwkv4_tiles(benchmark::State& st) {
   }
   st.SetItemsProcessed(st.iterations() * L * L);
 }
+// The LRU's mean: Toeplitz (the default path) against the per-channel tile path it replaced.
+template <bool Tiles>
+void BM_mean_lru(benchmark::State& st) {
+  const auto& d = decomposition<lru_layer>(st.range(0));
+  const Index L = d.x.rows(), D = d.x.cols();
+  for (auto _ : st) {
+    Mat m = Tiles ? iattn::cpu_detail::materialize_mean_tiles<float>(d.H, iattn::cpu_detail::context{L, D}, {0, D, false})
+                  : iattn::materialize_mean(d.H);
+    benchmark::DoNotOptimize(m.data());
+  }
+  st.SetItemsProcessed(st.iterations() * L * L);
+}
 void BM_mean_mamba2_cores_products(benchmark::State& st) {
   const Index L = st.range(0), H = 24, P = 64, N = 128;
   std::mt19937 rng(5);
@@ -596,6 +618,8 @@ BENCHMARK_TEMPLATE(BM_mean_mamba2_path, mean_path::automatic, false)->Arg(1024)-
 BENCHMARK_TEMPLATE(BM_mean_mamba2_path, mean_path::channels, false)->Arg(1024)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(1);
 BENCHMARK_TEMPLATE(BM_mean_mamba2_path, mean_path::automatic, true)->Arg(1024)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(1);
 BENCHMARK(BM_mean_rwkv4_tiles)->Arg(1024)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(1);
+BENCHMARK_TEMPLATE(BM_mean_lru, false)->Arg(1024)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_TEMPLATE(BM_mean_lru, true)->Arg(1024)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(1);
 BENCHMARK(BM_mean_mamba2_cores_products)->Arg(1024)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(1);
 BENCHMARK(BM_all_vim_fresh)->Arg(197)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_all_vim_reused)->Arg(197)->Unit(benchmark::kMillisecond)->UseRealTime();

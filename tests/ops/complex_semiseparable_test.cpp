@@ -5,6 +5,7 @@
 #include "support/test_common.hpp"
 
 #include <complex>
+#include <limits>
 
 using namespace test;
 
@@ -148,6 +149,76 @@ TEMPLATE_TEST_CASE("complex_semiseparable: decays fixed over tokens, (1, H*N)", 
     check_all(a, a.op(), M, tolerance<T>());
     check_all(b, b.op(), M, tolerance<T>());
   }
+}
+
+TEMPLATE_TEST_CASE("complex_semiseparable: channel means of time-invariant operators are Toeplitz (the LRU's form)",
+                   "[complex_semiseparable][mean]", float, double) {
+  // Decays fixed over tokens and B, C equal at every token (toeplitz_mean.hpp): the mean is formed
+  // from each channel's kernel, against the mean of the dense oracles (plain loops, double), signed
+  // and |.|, all channels and ranges; with diagonals fixed over tokens, a convolution, a skip mask,
+  // scales, heads of several channels, groups and a reset. A B that varies over tokens, or a
+  // diagonal that does, takes the other paths and gives the same means.
+  using T = TestType;
+  namespace cd = iattn::cpu_detail;
+  const double tol = tolerance<T>();
+  for (Index L : {Index(1), Index(7), Index(130)})
+    for (Index P : {Index(1), Index(2)}) {
+      INFO("L = " << L << ", P = " << P);
+      const Index H = 6, G = 3, N = 3, D = H * P, K = 4;
+      coeffs<T> k = random_coeffs<T>(L, H, P, G, N, -0.4, -0.01, 3.14159, 1);
+      k.rho(0, 4) = -std::numeric_limits<T>::infinity();  // a reset: only the diagonal is left of that state
+      for (auto* m : {&k.Br, &k.Bi, &k.Cr, &k.Ci}) *m = Mat<T>(m->row(0).replicate(L, 1));
+      coeffs<T> full = k;  // the oracle reads the decays broadcast to (L, H*N)
+      full.rho = k.rho.replicate(L, 1), full.theta = k.theta.replicate(L, 1);
+      const std::vector<MatD> M = full.dense_heads();
+      const Mat<T> p = normal<T>(1, D), q = uniform<T>(1, D, 0.1, 1.0), w = normal<T>(K, D), mask = uniform<T>(1, D, 0, 1);
+      const auto S = k.op();
+      const auto E = T(0.5) * iattn::diagonal(p) * S * iattn::diagonal(q) * iattn::causal_conv(w) + S +
+                     iattn::diagonal(mask) * iattn::causal_conv(w);
+      std::vector<MatD> ME;
+      for (Index c = 0; c < D; ++c) {
+        const MatD& Sc = M[std::size_t(c / P)];
+        ME.push_back(0.5 * dense_diagonal(dd(p), c, L) * Sc * dense_diagonal(dd(q), c, L) * dense_conv(dd(w), c, L) + Sc +
+                     dense_diagonal(dd(mask), c, L) * dense_conv(dd(w), c, L));
+      }
+      auto takes = [&](const auto& h) {
+        cd::mean_terms<T> terms;
+        return cd::expand_terms<T>(h, {L, D}, terms) && cd::toeplitz_mean_takes(terms, L);
+      };
+      REQUIRE(takes(E));
+      REQUIRE(takes(S + iattn::diagonal(mask)));
+      auto mean_of = [&](const std::vector<MatD>& m, Index c0, Index c1, bool abs) {
+        MatD r = MatD::Zero(L, L);
+        for (Index c = c0; c < c1; ++c) r += abs ? MatD(m[std::size_t(c)].cwiseAbs()) : m[std::size_t(c)];
+        return MatD(r / double(c1 - c0));
+      };
+      for (bool abs : {false, true}) {
+        INFO("abs = " << abs);
+        check_close(iattn::materialize_mean(E, iattn::mean_options{.abs = abs}), mean_of(ME, 0, D, abs), tol);
+        const iattn::range r{1, D - 2};
+        check_close(iattn::materialize_mean(E, iattn::mean_options{.abs = abs, .channels = r}), mean_of(ME, 1, D - 2, abs), tol);
+        // the tile path (forced) agrees
+        check_close(cd::materialize_mean<T>(E, {L, D}, {0, D, abs}, cd::mean_path::channels), mean_of(ME, 0, D, abs), tol);
+      }
+      // B varying over tokens, a diagonal varying over tokens: not Toeplitz, other paths, same oracle
+      if (L > 1) {
+        coeffs<T> kv = k;
+        kv.Br(L - 1, 0) += T(1);
+        const auto Sv = kv.op();
+        REQUIRE_FALSE(takes(Sv + iattn::diagonal(mask)));
+        coeffs<T> fullv = kv;
+        fullv.rho = kv.rho.replicate(L, 1), fullv.theta = kv.theta.replicate(L, 1);
+        const std::vector<MatD> Mv = fullv.dense_heads();
+        std::vector<MatD> MV;
+        for (Index c = 0; c < D; ++c) MV.push_back(Mv[std::size_t(c / P)] + dense_diagonal(dd(mask), c, L));
+        check_close(iattn::materialize_mean(Sv + iattn::diagonal(mask)), mean_of(MV, 0, D, false), tol);
+        const Mat<T> pv = normal<T>(L, D);
+        REQUIRE_FALSE(takes(iattn::diagonal(pv) * S));
+        std::vector<MatD> MP;
+        for (Index c = 0; c < D; ++c) MP.push_back(dense_diagonal(dd(pv), c, L) * M[std::size_t(c / P)]);
+        check_close(iattn::materialize_mean(iattn::diagonal(pv) * S), mean_of(MP, 0, D, false), tol);
+      }
+    }
 }
 
 TEMPLATE_TEST_CASE("complex_semiseparable: compositions and flip", "[complex_semiseparable]", float, double) {

@@ -18,6 +18,7 @@
 #include "semiseparable.hpp"
 #include "softmax_attention.hpp"
 #include "tile.hpp"
+#include "toeplitz_mean.hpp"
 #include "transition.hpp"
 #include "wkv.hpp"
 #include "wkv_mean.hpp"
@@ -222,6 +223,9 @@ Matrix<T> materialize_mean(const Node& n, const context& cx, mean_request rq, me
   // cores and that is cheaper (or |H^c| is asked for), else the (channel, state) GEMMs.
   mean_terms<T> terms;
   const bool expanded = expand_terms<T>(n, cx, terms);
+  if constexpr (contains_v<ComplexSemiseparable<T>, Node>) {  // time-invariant (the LRU): Toeplitz
+    if (path == mean_path::automatic && expanded && toeplitz_mean_takes(terms, cx.L)) return toeplitz_mean<T>(terms, cx, rq);
+  }
   if constexpr (has_S || contains_v<Transition<T>, Node> || contains_v<ComplexSemiseparable<T>, Node> ||
                 contains_v<SoftmaxAttention<T, true>, Node>) {  // heads exist only there
     const Index P = path != mean_path::channels && expanded ? shared_head_dim(terms, cx) : 0;
