@@ -186,6 +186,16 @@ struct lru_layer {
     return lru_decompose(w, sample_input(L, 1024));
   }
 };
+// The Hyena operator (order 2) at the survey's width: a long convolution between two gates, its
+// mean entry by entry over the channels (toeplitz_mean.hpp).
+struct hyena_layer {
+  static constexpr const char* name = "hyena";
+  static constexpr Index N = 1;
+  static auto make(Index L) {
+    static const auto w = hyena_init<float>({.d_model = 1024, .l_max = 4096}, 5);
+    return hyena_decompose(w, sample_input(L, 1024));
+  }
+};
 struct rwkv7_tmix {
   static constexpr const char* name = "rwkv7";
   static constexpr Index N = 64;
@@ -418,10 +428,11 @@ void BM_mean_rwkv4_tiles(benchmark::State& st) {
   }
   st.SetItemsProcessed(st.iterations() * L * L);
 }
-// The LRU's mean: Toeplitz (the default path) against the per-channel tile path it replaced.
-template <bool Tiles>
-void BM_mean_lru(benchmark::State& st) {
-  const auto& d = decomposition<lru_layer>(st.range(0));
+// The LRU's and the Hyena's means (toeplitz_mean.hpp, the default path) against the per-channel
+// tile path they replaced.
+template <class Model, bool Tiles>
+void BM_mean_toeplitz(benchmark::State& st) {
+  const auto& d = decomposition<Model>(st.range(0));
   const Index L = d.x.rows(), D = d.x.cols();
   for (auto _ : st) {
     Mat m = Tiles ? iattn::cpu_detail::materialize_mean_tiles<float>(d.H, iattn::cpu_detail::context{L, D}, {0, D, false})
@@ -618,8 +629,10 @@ BENCHMARK_TEMPLATE(BM_mean_mamba2_path, mean_path::automatic, false)->Arg(1024)-
 BENCHMARK_TEMPLATE(BM_mean_mamba2_path, mean_path::channels, false)->Arg(1024)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(1);
 BENCHMARK_TEMPLATE(BM_mean_mamba2_path, mean_path::automatic, true)->Arg(1024)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(1);
 BENCHMARK(BM_mean_rwkv4_tiles)->Arg(1024)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(1);
-BENCHMARK_TEMPLATE(BM_mean_lru, false)->Arg(1024)->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK_TEMPLATE(BM_mean_lru, true)->Arg(1024)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(1);
+BENCHMARK_TEMPLATE(BM_mean_toeplitz, lru_layer, false)->Arg(1024)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_TEMPLATE(BM_mean_toeplitz, lru_layer, true)->Arg(1024)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(1);
+BENCHMARK_TEMPLATE(BM_mean_toeplitz, hyena_layer, false)->Arg(1024)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(1);
+BENCHMARK_TEMPLATE(BM_mean_toeplitz, hyena_layer, true)->Arg(1024)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(1);
 BENCHMARK(BM_mean_mamba2_cores_products)->Arg(1024)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(1);
 BENCHMARK(BM_all_vim_fresh)->Arg(197)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_all_vim_reused)->Arg(197)->Unit(benchmark::kMillisecond)->UseRealTime();

@@ -4,6 +4,10 @@
 // several channel chunks, token blocks with tails, lambda = -inf, float against double.
 #include "support/test_common.hpp"
 
+#include <iattn/models/hyena.hpp>
+
+#include <algorithm>
+
 using namespace test;
 
 namespace {
@@ -246,6 +250,61 @@ TEST_CASE("mean: expressions outside the form take the tile path", "[mean]") {
   MatD mean = MatD::Zero(L, L);
   for (Index c = 0; c < D; ++c) mean += MatD(materialize(S * S, c)) / double(D);
   check_close(materialize_mean(S * S), mean, 1e-12);
+}
+
+TEMPLATE_TEST_CASE("mean: a convolution as the core, diag * conv * diag * conv (the Hyena's form)", "[mean][toeplitz]", float,
+                   double) {
+  // toeplitz_mean.hpp: the long convolution is each channel's Toeplitz core, the short one its
+  // injection; gates varying over tokens take the entry-by-entry form, gates fixed over tokens the
+  // kernels' form. Against mean_oracle in double, signed and |.|, all channels and a range; the
+  // Hyena's own decomposition against the forced tile path.
+  using T = TestType;
+  namespace cd = iattn::cpu_detail;
+  const double tol = std::is_same_v<T, float> ? 2e-5 : 1e-12;
+  for (Index L : {Index(1), Index(9), Index(70)}) {
+    INFO("L = " << L);
+    const Index D = 5, KL = std::max<Index>(1, L - 2), K = 3;
+    const Mat<T> x0 = normal<T>(L, D), x1 = normal<T>(L, D), bias = normal<T>(1, D), h = normal<T>(KL, D, 0.5),
+                 w = normal<T>(K, D), f0 = normal<T>(1, D), f1 = normal<T>(1, D);
+    using namespace iattn;
+    auto hyena = [&](const Mat<T>& a, const Mat<T>& b) {
+      return diagonal(a) * (causal_conv(h) + diagonal(bias)) * diagonal(b) * causal_conv(w);
+    };
+    auto oracle = [&](const MatD& a, const MatD& b, Index c0, Index c1, bool abs) {
+      // the dense per-channel matrices, then their (|.|) mean over [c0, c1)
+      MatD out = MatD::Zero(L, L);
+      for (Index c = c0; c < c1; ++c) {
+        const MatD M = dense_diagonal(a, c, L) * (dense_conv(dd(h), c, L) + dense_diagonal(dd(bias), c, L)) *
+                       dense_diagonal(b, c, L) * dense_conv(dd(w), c, L);
+        out += abs ? MatD(M.cwiseAbs()) : M;
+      }
+      return MatD(out / double(c1 - c0));
+    };
+    for (bool gated : {true, false}) {
+      INFO("gates varying over tokens: " << gated);
+      const Mat<T>& a = gated ? x0 : f0;
+      const Mat<T>& b = gated ? x1 : f1;
+      const auto H = hyena(a, b);
+      cd::mean_terms<T> terms;
+      REQUIRE(cd::expand_terms<T>(H, {L, D}, terms));
+      REQUIRE(terms.size() == 2);
+      REQUIRE(std::count_if(terms.begin(), terms.end(), [](const auto& t) { return t.tconv != nullptr; }) == 1);
+      REQUIRE(cd::toeplitz_mean_takes(terms, L, false));
+      REQUIRE(cd::toeplitz_mean_takes(terms, L, true) == (!gated || L == 1));
+      for (bool abs : {false, true}) {
+        INFO("abs = " << abs);
+        check_close(materialize_mean(H, mean_options{.abs = abs}, L), oracle(dd(a), dd(b), 0, D, abs), tol);
+        check_close(materialize_mean(H, mean_options{.abs = abs, .channels = range{1, 4}}, L), oracle(dd(a), dd(b), 1, 4, abs), tol);
+      }
+    }
+  }
+  // The Hyena's decomposition: the same means as the per-channel tile path.
+  const auto w = iattn::models::hyena_init<T>({.d_model = 12, .l_max = 40}, 3);
+  const auto dec = iattn::models::hyena_decompose(w, normal<T>(33, 12));
+  const cd::context cx{33, dec.H.channels()};
+  for (bool abs : {false, true})
+    check_close(materialize_mean(dec.H, iattn::mean_options{.abs = abs}),
+                dd(cd::materialize_mean<T>(dec.H, cx, {0, cx.D, abs}, cd::mean_path::channels)), tol);
 }
 
 namespace {

@@ -156,8 +156,8 @@ TEMPLATE_TEST_CASE("complex_semiseparable: channel means of time-invariant opera
   // Decays fixed over tokens and B, C equal at every token (toeplitz_mean.hpp): the mean is formed
   // from each channel's kernel, against the mean of the dense oracles (plain loops, double), signed
   // and |.|, all channels and ranges; with diagonals fixed over tokens, a convolution, a skip mask,
-  // scales, heads of several channels, groups and a reset. A B that varies over tokens, or a
-  // diagonal that does, takes the other paths and gives the same means.
+  // scales, heads of several channels, groups and a reset. A diagonal that varies over tokens takes
+  // the entry-by-entry form; a B that varies takes the other paths; the same means.
   using T = TestType;
   namespace cd = iattn::cpu_detail;
   const double tol = tolerance<T>();
@@ -181,9 +181,9 @@ TEMPLATE_TEST_CASE("complex_semiseparable: channel means of time-invariant opera
         ME.push_back(0.5 * dense_diagonal(dd(p), c, L) * Sc * dense_diagonal(dd(q), c, L) * dense_conv(dd(w), c, L) + Sc +
                      dense_diagonal(dd(mask), c, L) * dense_conv(dd(w), c, L));
       }
-      auto takes = [&](const auto& h) {
+      auto takes = [&](const auto& h, bool fixed_only = true) {
         cd::mean_terms<T> terms;
-        return cd::expand_terms<T>(h, {L, D}, terms) && cd::toeplitz_mean_takes(terms, L);
+        return cd::expand_terms<T>(h, {L, D}, terms) && cd::toeplitz_mean_takes(terms, L, fixed_only);
       };
       REQUIRE(takes(E));
       REQUIRE(takes(S + iattn::diagonal(mask)));
@@ -205,18 +205,21 @@ TEMPLATE_TEST_CASE("complex_semiseparable: channel means of time-invariant opera
         coeffs<T> kv = k;
         kv.Br(L - 1, 0) += T(1);
         const auto Sv = kv.op();
-        REQUIRE_FALSE(takes(Sv + iattn::diagonal(mask)));
+        REQUIRE_FALSE(takes(Sv + iattn::diagonal(mask), false));
         coeffs<T> fullv = kv;
         fullv.rho = kv.rho.replicate(L, 1), fullv.theta = kv.theta.replicate(L, 1);
         const std::vector<MatD> Mv = fullv.dense_heads();
         std::vector<MatD> MV;
         for (Index c = 0; c < D; ++c) MV.push_back(Mv[std::size_t(c / P)] + dense_diagonal(dd(mask), c, L));
         check_close(iattn::materialize_mean(Sv + iattn::diagonal(mask)), mean_of(MV, 0, D, false), tol);
+        // gates varying over tokens: every entry a sum over the channels (where no head path applies)
         const Mat<T> pv = normal<T>(L, D);
         REQUIRE_FALSE(takes(iattn::diagonal(pv) * S));
+        REQUIRE(takes(iattn::diagonal(pv) * S, false));
         std::vector<MatD> MP;
         for (Index c = 0; c < D; ++c) MP.push_back(dense_diagonal(dd(pv), c, L) * M[std::size_t(c / P)]);
-        check_close(iattn::materialize_mean(iattn::diagonal(pv) * S), mean_of(MP, 0, D, false), tol);
+        for (bool abs : {false, true})
+          check_close(iattn::materialize_mean(iattn::diagonal(pv) * S, iattn::mean_options{.abs = abs}), mean_of(MP, 0, D, abs), tol);
       }
     }
 }

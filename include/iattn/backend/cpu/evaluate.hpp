@@ -223,8 +223,11 @@ Matrix<T> materialize_mean(const Node& n, const context& cx, mean_request rq, me
   // cores and that is cheaper (or |H^c| is asked for), else the (channel, state) GEMMs.
   mean_terms<T> terms;
   const bool expanded = expand_terms<T>(n, cx, terms);
-  if constexpr (contains_v<ComplexSemiseparable<T>, Node>) {  // time-invariant (the LRU): Toeplitz
-    if (path == mean_path::automatic && expanded && toeplitz_mean_takes(terms, cx.L)) return toeplitz_mean<T>(terms, cx, rq);
+  // Toeplitz cores (toeplitz_mean.hpp): with every diagonal fixed over tokens (the LRU) the mean is
+  // Toeplitz, from the channels' kernels; with gates (the Hyena) only where no head path applies.
+  constexpr bool toeplitz = contains_v<ComplexSemiseparable<T>, Node> || contains_v<CausalConv<T>, Node>;
+  if constexpr (toeplitz) {
+    if (path == mean_path::automatic && expanded && toeplitz_mean_takes(terms, cx.L, true)) return toeplitz_mean<T>(terms, cx, rq, true);
   }
   if constexpr (has_S || contains_v<Transition<T>, Node> || contains_v<ComplexSemiseparable<T>, Node> ||
                 contains_v<SoftmaxAttention<T, true>, Node>) {  // heads exist only there
@@ -241,6 +244,10 @@ Matrix<T> materialize_mean(const Node& n, const context& cx, mean_request rq, me
   if constexpr (contains_v<Wkv<T>, Node>) {  // RWKV-4: s · diag(r) · Wkv as blocked products
     wkv_mean_form<T> f;
     if (path != mean_path::channels && match_wkv_mean<T>(n, f)) return wkv_mean<T>(f, cx.L, rq.c0, rq.c1, rq.abs);
+  }
+  if constexpr (toeplitz) {
+    if (path == mean_path::automatic && expanded && toeplitz_mean_takes(terms, cx.L, false) && shared_head_dim(terms, cx) == 0)
+      return toeplitz_mean<T>(terms, cx, rq, false);
   }
   if (!rq.abs && expanded && channel_path_takes(terms)) return mean_of_terms<T, has_S, has_R>(terms, cx, rq.c0, rq.c1);
   return materialize_mean_tiles<T>(n, cx, rq);

@@ -25,6 +25,9 @@
 // are running products of the per-token factors, as in decay_tiles' diagonal blocks. lambda = -inf
 // gives exact zeros. Everything else (Flip, RowNormalize, Wkv, softmax,
 // products of two cores, convolutions wider than max_mean_conv) takes the tile path of evaluate.hpp.
+// The expansion also reads a convolution followed by diagonals (diag * conv * diag * [conv], the
+// Hyena) as a term whose core is that convolution (tconv): toeplitz_mean.hpp takes those, with the
+// time-invariant complex cores (the LRU); this file's GEMMs do not.
 #pragma once
 
 #include "../../ops/causal_conv.hpp"
@@ -113,6 +116,9 @@ struct mean_term {
   double weight = 1;
   diag_factors<T> post, pre;
   const CausalConv<T>* conv = nullptr;
+  /// A convolution that is the term's core (diag * conv * diag * ..., the Hyena's long filter): a
+  /// Toeplitz matrix per channel, taken by toeplitz_mean.hpp only.
+  const CausalConv<T>* tconv = nullptr;
   const Semiseparable<T>* S = nullptr;
   const LinearRecurrence<T>* R = nullptr;
   std::function<std::unique_ptr<head_core<T>>(const context&, Index c)> core;  // for channel c's head
@@ -122,7 +128,7 @@ struct mean_term {
   enum class core_kind { none, semiseparable, row_normalize, transition, complex, softmax } kind = core_kind::none;
   const void* node = nullptr;
   Index state = 0;     // N of the core (the head path's cost)
-  bool has_core() const { return S != nullptr || R != nullptr || bool(core); }
+  bool has_core() const { return S != nullptr || R != nullptr || tconv != nullptr || bool(core); }
   bool trivial() const { return !has_core() && conv == nullptr && post.empty() && pre.empty(); }
   Index width() const { return conv ? conv->width() : 1; }
   /// The core is a Semiseparable: the (channel, state) GEMMs could take the term too.
@@ -163,8 +169,16 @@ bool multiply_terms(const mean_terms<T>& a, const mean_terms<T>& b, mean_terms<T
   for (const auto& x : a)
     for (const auto& y : b) {
       mean_term<T> r;
-      if (x.conv) {  // a convolution must be the rightmost factor
-        if (!y.trivial()) return false;
+      if (x.conv && !y.trivial()) {
+        // A convolution is the rightmost factor, or the core of a term diag * conv * diag * [conv]
+        // (each channel's matrix Toeplitz; toeplitz_mean.hpp) when neither side has another core.
+        if (x.has_core() || y.has_core()) return false;
+        r = x;
+        r.tconv = x.conv;
+        r.conv = y.conv;
+        r.pre.append(y.post);
+        r.pre.append(y.pre);
+      } else if (x.conv) {
         r = x;
       } else if (x.has_core()) {  // core · diag: y's diagonals join the right-hand side
         if (y.has_core()) return false;
