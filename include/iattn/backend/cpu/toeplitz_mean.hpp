@@ -242,12 +242,11 @@ Matrix<T> toeplitz_mean_general(const mean_terms<T>& terms, const context& cx, d
       for (Index n = 0; n < tb.ext; ++n) tb.kt[std::size_t(n * ncp + i)] = T(kern[th][std::size_t(n)]);
     });
     parallel_for(L, [&](Index u) {  // post and y, one token at a time
-      std::vector<T> fac;
+      std::vector<T> fac, fac2;
       const T* po = t.post.row(u, D, rq.c0, nc, fac);
       if (po) std::copy(po, po + nc, tb.post.begin() + u * ncp);
+      const T* pr = t.pre.row(u, D, rq.c0, nc, fac2);
       for (Index lag = 0; lag < tb.K && u - lag >= 0; ++lag) {  // y[lag][u - lag] reads pre[u]
-        std::vector<T> fac2;
-        const T* pr = t.pre.row(u, D, rq.c0, nc, fac2);
         T* dst = tb.y.data() + ((lag * L) + (u - lag)) * ncp;
         for (Index i = 0; i < nc; ++i)
           dst[i] = T(t.weight / double(nc)) * (pr ? pr[i] : T(1)) * (conv ? conv->tap(lag, rq.c0 + i) : T(1));
