@@ -8,6 +8,10 @@
 
 #include <algorithm>
 
+#if defined(_OPENMP)
+#include <omp.h>
+#endif
+
 using namespace test;
 
 namespace {
@@ -298,13 +302,25 @@ TEMPLATE_TEST_CASE("mean: a convolution as the core, diag * conv * diag * conv (
       }
     }
   }
-  // The Hyena's decomposition: the same means as the per-channel tile path.
+  // The Hyena's decomposition: the same means as the per-channel tile path, and the same bits on
+  // every call and any number of threads.
   const auto w = iattn::models::hyena_init<T>({.d_model = 12, .l_max = 40}, 3);
   const auto dec = iattn::models::hyena_decompose(w, normal<T>(33, 12));
   const cd::context cx{33, dec.H.channels()};
   for (bool abs : {false, true})
     check_close(materialize_mean(dec.H, iattn::mean_options{.abs = abs}),
                 dd(cd::materialize_mean<T>(dec.H, cx, {0, cx.D, abs}, cd::mean_path::channels)), tol);
+  const Mat<T> first = iattn::materialize_mean(dec.H);
+#if defined(_OPENMP)
+  const int threads0 = omp_get_max_threads();
+  for (int threads : {1, 2, 3, 4}) {
+    omp_set_num_threads(threads);
+    REQUIRE((iattn::materialize_mean(dec.H).array() == first.array()).all());
+  }
+  omp_set_num_threads(threads0);
+#else
+  REQUIRE((iattn::materialize_mean(dec.H).array() == first.array()).all());
+#endif
 }
 
 namespace {

@@ -7,6 +7,10 @@
 #include <complex>
 #include <limits>
 
+#if defined(_OPENMP)
+#include <omp.h>
+#endif
+
 using namespace test;
 
 namespace {
@@ -192,6 +196,23 @@ TEMPLATE_TEST_CASE("complex_semiseparable: channel means of time-invariant opera
         for (Index c = c0; c < c1; ++c) r += abs ? MatD(m[std::size_t(c)].cwiseAbs()) : m[std::size_t(c)];
         return MatD(r / double(c1 - c0));
       };
+      // The same bits on every call and any number of threads (the channels summed in a fixed order).
+      {
+        const Mat<T> first = iattn::materialize_mean(E);
+#if defined(_OPENMP)
+        const int threads0 = omp_get_max_threads();
+        for (int threads : {1, 2, 3, 4}) {
+          omp_set_num_threads(threads);
+#else
+        for (int threads : {1, 1}) {
+#endif
+          INFO("threads = " << threads);
+          REQUIRE((iattn::materialize_mean(E).array() == first.array()).all());
+        }
+#if defined(_OPENMP)
+        omp_set_num_threads(threads0);
+#endif
+      }
       for (bool abs : {false, true}) {
         INFO("abs = " << abs);
         check_close(iattn::materialize_mean(E, iattn::mean_options{.abs = abs}), mean_of(ME, 0, D, abs), tol);

@@ -140,43 +140,45 @@ const CausalConv<T>* after_core(const mean_term<T>& t) {
   return t.has_core() ? t.conv : nullptr;
 }
 
-/// Fixed diagonals: the mean is Toeplitz, from the channels' kernels.
+/// Fixed diagonals: the mean is Toeplitz, from the channels' kernels. The channels are summed in
+/// blocks of a fixed size, each block in order and the blocks in order, so the result does not
+/// depend on which thread took which block (the same bits on every call).
 template <class T>
 Matrix<T> toeplitz_mean_fixed(const mean_terms<T>& terms, const context& cx, detail::mean_request rq) {
-  const Index L = cx.L, D = cx.D, nc = rq.c1 - rq.c0;
+  constexpr Index block = 64;
+  const Index L = cx.L, D = cx.D, nc = rq.c1 - rq.c0, nb = (nc + block - 1) / block;
   Matrix<T> out = Matrix<T>::Zero(L, L);
-  const Index nt = std::max<Index>(1, max_threads());
-  std::vector<std::vector<double>> part(std::size_t(nt), std::vector<double>(std::size_t(L), 0.0));
+  std::vector<std::vector<double>> part(static_cast<std::size_t>(nb), std::vector<double>(std::size_t(L), 0.0));
   struct scratch {
     std::vector<double> kern, core;
     std::vector<std::complex<double>> pw;
     std::vector<T> fac;
   };
-  std::vector<scratch> sc(static_cast<std::size_t>(nt));
-  parallel_for(nc, [&](Index i) {
-    const std::size_t th = std::min<std::size_t>(std::size_t(thread_index()), sc.size() - 1);
-    scratch& s = sc[th];
-    const Index c = rq.c0 + i;
-    s.kern.assign(std::size_t(L), 0.0);
-    s.core.resize(std::size_t(L));
-    for (const auto& t : terms) {
-      auto at = [&](const diag_factors<T>& d) {
-        const T* r = d.row(0, D, c, 1, s.fac);
-        return r ? double(r[0]) : 1.0;
-      };
-      const Index ext = core_extent(t, L);
-      core_kernel(t, c, t.weight * at(t.post) * at(t.pre), L, s.core.data(), s.pw);
-      const CausalConv<T>* conv = after_core(t);
-      const Index K = conv ? conv->width() : 1;
-      for (Index n = 0; n < std::min(L, ext + K - 1); ++n) {
-        double v = 0;
-        for (Index lag = std::max<Index>(0, n - ext + 1); lag < K && lag <= n; ++lag)
-          v += (conv ? double(conv->tap(lag, c)) : 1.0) * s.core[std::size_t(n - lag)];
-        s.kern[std::size_t(n)] += v;
+  std::vector<scratch> sc(static_cast<std::size_t>(std::max<Index>(1, max_threads())));
+  parallel_for(nb, [&](Index b) {
+    scratch& s = sc[std::min<std::size_t>(std::size_t(thread_index()), sc.size() - 1)];
+    std::vector<double>& p = part[std::size_t(b)];
+    for (Index c = rq.c0 + b * block; c < std::min(rq.c1, rq.c0 + (b + 1) * block); ++c) {
+      s.kern.assign(std::size_t(L), 0.0);
+      s.core.resize(std::size_t(L));
+      for (const auto& t : terms) {
+        auto at = [&](const diag_factors<T>& d) {
+          const T* r = d.row(0, D, c, 1, s.fac);
+          return r ? double(r[0]) : 1.0;
+        };
+        const Index ext = core_extent(t, L);
+        core_kernel(t, c, t.weight * at(t.post) * at(t.pre), L, s.core.data(), s.pw);
+        const CausalConv<T>* conv = after_core(t);
+        const Index K = conv ? conv->width() : 1;
+        for (Index n = 0; n < std::min(L, ext + K - 1); ++n) {
+          double v = 0;
+          for (Index lag = std::max<Index>(0, n - ext + 1); lag < K && lag <= n; ++lag)
+            v += (conv ? double(conv->tap(lag, c)) : 1.0) * s.core[std::size_t(n - lag)];
+          s.kern[std::size_t(n)] += v;
+        }
       }
+      for (Index n = 0; n < L; ++n) p[std::size_t(n)] += rq.abs ? std::abs(s.kern[std::size_t(n)]) : s.kern[std::size_t(n)];
     }
-    std::vector<double>& p = part[th];
-    for (Index n = 0; n < L; ++n) p[std::size_t(n)] += rq.abs ? std::abs(s.kern[std::size_t(n)]) : s.kern[std::size_t(n)];
   });
   std::vector<double> g(std::size_t(L), 0.0);
   for (const auto& p : part)
