@@ -70,6 +70,12 @@ TEST_CASE("mean: Mamba-1 composite, every length, conv widths", "[mean]") {
     }
   check_mamba1<double>(40, 3, 3, 16);  // the widest folded convolution
   check_mamba1<double>(7, 3, 3, 16);   // K > L
+  // N = 16, K = 4: whole packs per channel at every SIMD width, so every token from K - 1 on takes
+  // the fused token pass (mean_core_term::token_fused), blocks' first tokens and tails included.
+  for (Index L : {Index(1), Index(3), Index(4), Index(5), Index(64), Index(67), Index(200)}) {
+    check_mamba1<double>(L, 5, 16, 4);
+    check_mamba1<float>(L, 5, 16, 4);
+  }
 }
 
 TEST_CASE("mean: several channel chunks, heads split across chunks", "[mean]") {
@@ -110,6 +116,26 @@ TEST_CASE("mean: per-state decay, groups, strict form with bonus", "[mean]") {
                               MatD(), MatD()),
                   1e-12);
     }
+}
+
+TEST_CASE("mean: per-state decay with groups and a 4-tap convolution, not strict (the fused token pass)", "[mean]") {
+  for (Index L : {Index(3), Index(4), Index(65), Index(130)}) {
+    INFO("L = " << L);
+    const Index H = 3, G = 3, N = 16, D = H;
+    const MatD lam = uniform<double>(L, H * N, -2.0, -0.01), B = normal<double>(L, G * N), C = normal<double>(L, G * N);
+    const MatD r = normal<double>(L, D), k = uniform<double>(L, D, 0.1, 2.0), w = normal<double>(4, D, 0.5);
+    using namespace iattn;
+    const auto S = semiseparable(lam, B, C, {.heads = H, .groups = G});
+    REQUIRE_FALSE(S.strict());
+    const MatD ref = mean_oracle(L, D, [&](Index c) { return dense_semiseparable(lam, B, C, H, 1, G, c); }, r, k, w);
+    const auto Hx = diagonal(r) * S * diagonal(k) * causal_conv(w);
+    REQUIRE(takes_gemm_path(Hx, L));
+    check_close(materialize_mean(Hx), ref, 1e-12);
+    const Mat<float> lf = lam.cast<float>(), Bf = B.cast<float>(), Cf = C.cast<float>();
+    const auto Hf = diagonal(Mat<float>(r.cast<float>())) * semiseparable(lf, Bf, Cf, {.heads = H, .groups = G}) *
+                    diagonal(Mat<float>(k.cast<float>())) * causal_conv(Mat<float>(w.cast<float>()));
+    check_close(materialize_mean(Hf), ref, 2e-5);
+  }
 }
 
 TEST_CASE("mean: linear recurrence with a masked convolution (Griffin's form)", "[mean]") {

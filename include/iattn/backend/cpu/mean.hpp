@@ -140,6 +140,7 @@ using mean_terms = std::vector<mean_term<T>>;
 inline constexpr std::size_t max_mean_terms = 64;  ///< beyond this the expansion is not worth it
 inline constexpr Index max_mean_conv = 16;         ///< widest convolution folded into a core's injection
 inline constexpr Index mean_block = 64;            ///< tokens per block of G
+inline constexpr Index fused_width = 4;            ///< the convolution width of mean_core_term's fused token pass
 
 /// node's matrix is its head's (head_dim channels per head, state N): a head core of one.
 template <class T, class Node>
@@ -276,6 +277,7 @@ class mean_core_term {
     delta_ = strict_ ? 1 : 0;
     K_ = term.conv ? term.conv->width() : 1;
     scale_ = T(term.weight / double(ce_ - cb_));
+    fused_ = std::is_same_v<Policy, log_decay> && term.S && !strict_ && K_ == fused_width && N_ % simd::width<T> == 0;
     const Index target = std::clamp<Index>((Index(1) << 22) / std::max<Index>(L_, 1), 64, 1024);
     Dc_ = std::clamp<Index>(target / N_, 1, ce_ - cb_);
   }
@@ -355,13 +357,20 @@ class mean_core_term {
     // One pass over the tokens while their rows are fresh in L1: fill (one row ahead in the strict
     // form), band, injection, ut = U E(b0+1 .. t) referred forward to the block's first token, and
     // the block's whole decay as a sum of log-decays.
-    Index filled = std::min(t1, b0 + delta_ + 1);
+    // The fused pass forms a token's rows itself: the window is filled up to b0 only.
+    Index filled = std::min(t1, b0 + delta_ + (fused_ ? 0 : 1));
     fill(t0, filled, w, bu);
     T* f = sized(bu.f, m_);
     std::fill(f, f + m_, T(1));
     T* decay = blk_.row(b).data();
     std::fill(decay, decay + m_, Policy::template neutral<T>());
     for (Index t = b0; t < b1; ++t) {
+      if constexpr (std::is_same_v<Policy, log_decay>)
+        if (fused_ && t >= K_ - 1 && filled == t) {
+          token_fused(t, b0, outT, w, bu, f, decay);
+          ++filled;
+          continue;
+        }
       for (; filled < t1 && filled <= t + delta_; ++filled) fill(filled, filled + 1, w, bu);
       token_step(t, b0, outT, w, f, decay);
     }
@@ -518,6 +527,81 @@ class mean_core_term {
     for (Index d = 0; d < Kb && d <= t; ++d) outT(t - d, t) += scale_ * sums[d];
   }
 
+  // token_pass for the common form (a log-decay core, not strict, a convolution of fused_width
+  // taps, t >= K - 1, whole packs per channel: Mamba-1 and its kin) with fill's work for token t
+  // in the same pass: its rows are formed in registers and used there (the taps are one broadcast
+  // per channel; the running product f and the block's decay are read and written once), and
+  // stored to the window for the next tokens and the diagonal block. Same sums as fill +
+  // token_pass<3>, in a different order.
+  void token_fused(Index t, Index b0, Matrix<T>& outT, window& w, buffers& bu, T* f, T* decay) {
+    constexpr int W = simd::width<T>;
+    using P = Pk<W>;
+    const auto* S = term_.S;
+    const Index c0 = c0_;
+    const T* post = term_.post.row(t, D_, c0, dc_, bu.post);
+    const T* pre = term_.pre.row(t, D_, c0, dc_, bu.pre);
+    const T* B = S->B().row(t);
+    const T* C = S->C().row(t);
+    const T* lrow = S->lambda().row(t);
+    const int mode = S->factored() ? 0 : S->per_state() ? 1 : 2;
+    T* lam = t == b0 ? w.lam(t) : nullptr;  // only the block's first row is read (lam0_)
+    T* fac = w.fac(t);
+    T* uf = w.uf(t);
+    T* bf = w.bf(t);
+    T* z = w.vz(t);
+    const T* fac1 = w.fac(t - 1);
+    const T* fac2 = w.fac(t - 2);
+    const T* bf1 = w.bf(t - 1);
+    const T* bf2 = w.bf(t - 2);
+    const T* bf3 = w.bf(t - 3);
+    T* ut = ut_.row(t).data();
+    const bool step = t > b0;
+    const T* taps = taps_.data();
+    P acc0 = P::broadcast(T(0)), acc1 = acc0, acc2 = acc0;
+    for (Index j = 0; j < dc_; ++j) {
+      const Index o = j * N_, h = head_[std::size_t(j)], g = group_[std::size_t(j)];
+      const T p = post ? post[j] : T(1), q = pre ? pre[j] : T(1);
+      const T* rate = mode == 0 ? S->decay_rate().row(h) : lrow + h * N_;
+      const T d = mode == 1 ? T(1) : lrow[h];
+      const P k0 = P::broadcast(taps[o]), k1 = P::broadcast(taps[m_ + o]), k2 = P::broadcast(taps[2 * m_ + o]),
+              k3 = P::broadcast(taps[3 * m_ + o]);
+      const P pp = P::broadcast(p), qq = P::broadcast(q), dd = P::broadcast(d);
+      for (Index m = 0; m < N_; m += W) {
+        const Index i = o + m;
+        const P l = mode == 2 ? dd : mode == 0 ? dd * P::load(rate + m) : P::load(rate + m);
+        if (lam) l.store(lam + i);
+        const P e1 = log_decay::factor(l);  // E(t .. t): the factor joining lag 1
+        e1.store(fac + i);
+        const P u = pp * P::load(C + g + m);
+        u.store(uf + i);
+        const P b0v = qq * P::load(B + g + m);
+        b0v.store(bf + i);
+        const P f1 = P::load(fac1 + i), b1v = P::load(bf1 + i), b2v = P::load(bf2 + i);
+        // the band: d = ls + lag < 3, sv_ls = u E(t-ls+1 .. t) B[t-ls]
+        const P e2 = e1 * f1;
+        const P s0 = u * b0v, s1 = u * e1 * b1v, s2 = u * e2 * b2v;
+        acc0 = fma(k0, s0, acc0);
+        acc1 = fma(k1, s0, fma(k0, s1, acc1));
+        acc2 = fma(k2, s0, fma(k1, s1, fma(k0, s2, acc2)));
+        // the injection at t, by Horner from the oldest lag
+        P zv = k0 * P::load(bf3 + i);
+        zv = fma(zv, P::load(fac2 + i), k1 * b2v);
+        zv = fma(zv, f1, k2 * b1v);
+        zv = fma(zv, e1, k3 * b0v);
+        zv.store(z + i);
+        P fv = P::load(f + i);
+        if (step) {
+          fv = fv * e1;
+          fv.store(f + i);
+        }
+        (u * fv).store(ut + i);
+        (P::load(decay + i) + l).store(decay + i);
+      }
+    }
+    const T sums[3] = {reduce_add(acc0), reduce_add(acc1), reduce_add(acc2)};
+    for (Index dg = 0; dg < 3; ++dg) outT(t - dg, t) += scale_ * sums[dg];
+  }
+
   // dst row t - t0 = U[t] E(t0+1 .. t) for t in [t0, t1) (zero past the output), f the running product
   // of at most mean_block per-token factors.
   void refer_forward(Index t0, Index t1, T* dst, Index ld, T* f, window& w) const {
@@ -654,7 +738,7 @@ class mean_core_term {
   const mean_term<T>& term_;
   Index L_, D_, cb_, ce_, N_, K_, Dc_, c0_ = 0, dc_ = 0, m_ = 0, delta_;
   std::vector<Index> head_, group_;  // per channel of the chunk: its head, its group's first column
-  bool strict_;
+  bool strict_, fused_ = false;
   T scale_;
   Matrix<T> ut_, vt_, blk_, lam0_;  // ut, vt (L, M); per token block: its whole decay, its first lam
   std::vector<T> taps_, bonus_;  // (K, m) convolution taps and (m) bonus of the current chunk
