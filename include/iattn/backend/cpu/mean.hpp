@@ -277,7 +277,7 @@ class mean_core_term {
     delta_ = strict_ ? 1 : 0;
     K_ = term.conv ? term.conv->width() : 1;
     scale_ = T(term.weight / double(ce_ - cb_));
-    fused_ = std::is_same_v<Policy, log_decay> && term.S && !strict_ && K_ == fused_width && N_ % simd::width<T> == 0;
+    fused_ = term.S && !strict_ && K_ == fused_width && N_ % simd::width<T> == 0;  // taken for log_decay only
     const Index target = std::clamp<Index>((Index(1) << 22) / std::max<Index>(L_, 1), 64, 1024);
     Dc_ = std::clamp<Index>(target / N_, 1, ce_ - cb_);
   }
@@ -380,6 +380,23 @@ class mean_core_term {
     diagonal_block(b0, b1, outT, bu, w);
   }
 
+  // Where token t's log-decays of one head come from: d * rate[m] (factored: dt times the head's
+  // rates), rate[m] (one per state: lambda's row) or d (the head's scalar), for lambda's row lrow.
+  struct decay_source {
+    int mode;  // 0 factored, 1 per state, 2 scalar
+    const T* rate;
+    T d;
+    template <class P>
+    P pack(Index m) const {
+      return mode == 2 ? P::broadcast(d) : mode == 0 ? P::broadcast(d) * P::load(rate + m) : P::load(rate + m);
+    }
+  };
+  template <class Core>
+  decay_source decay_of(const Core& S, const T* lrow, Index h) const {
+    const int mode = S.factored() ? 0 : S.per_state() ? 1 : 2;
+    return {mode, mode == 0 ? S.decay_rate().row(h) : lrow + h * N_, mode == 1 ? T(1) : lrow[h]};
+  }
+
   // Rows [t0, t1) of the window; inner index i = j * N + m for channel c0 + j and state m. The
   // per-channel offsets into the coefficients (head, group) come from the chunk's tables; a core's
   // row of a channel is written in one pass of packs over its states (log-decay, its factor, the
@@ -399,15 +416,13 @@ class mean_core_term {
         const T* B = S->B().row(t);
         const T* C = S->C().row(t);
         const T* lrow = S->lambda().row(t);
-        const int mode = S->factored() ? 0 : S->per_state() ? 1 : 2;
         for (Index j = 0; j < dc_; ++j) {
           const Index o = j * N_, h = head_[std::size_t(j)], g = group_[std::size_t(j)];
           const T p = post ? post[j] : T(1), q = pre ? pre[j] : T(1);
-          const T* rate = mode == 0 ? S->decay_rate().row(h) : lrow + h * N_;  // per state: lambda's row
-          const T d = mode == 1 ? T(1) : lrow[h];  // dt (factored) or the head's scalar log-decay
+          const decay_source src = decay_of(*S, lrow, h);
           simd::for_packs<T>(N_, [&](auto wd, Index m) {
             using P = Pk<decltype(wd)::value>;
-            const P l = mode == 2 ? P::broadcast(d) : mode == 0 ? P::broadcast(d) * P::load(rate + m) : P::load(rate + m);
+            const P l = src.template pack<P>(m);
             l.store(lam + o + m);
             Policy::factor(l).store(fac + o + m);
             (P::broadcast(p) * P::load(C + g + m)).store(uf + o + m);
@@ -543,7 +558,6 @@ class mean_core_term {
     const T* B = S->B().row(t);
     const T* C = S->C().row(t);
     const T* lrow = S->lambda().row(t);
-    const int mode = S->factored() ? 0 : S->per_state() ? 1 : 2;
     T* lam = t == b0 ? w.lam(t) : nullptr;  // only the block's first row is read (lam0_)
     T* fac = w.fac(t);
     T* uf = w.uf(t);
@@ -561,14 +575,13 @@ class mean_core_term {
     for (Index j = 0; j < dc_; ++j) {
       const Index o = j * N_, h = head_[std::size_t(j)], g = group_[std::size_t(j)];
       const T p = post ? post[j] : T(1), q = pre ? pre[j] : T(1);
-      const T* rate = mode == 0 ? S->decay_rate().row(h) : lrow + h * N_;
-      const T d = mode == 1 ? T(1) : lrow[h];
+      const decay_source src = decay_of(*S, lrow, h);
       const P k0 = P::broadcast(taps[o]), k1 = P::broadcast(taps[m_ + o]), k2 = P::broadcast(taps[2 * m_ + o]),
               k3 = P::broadcast(taps[3 * m_ + o]);
-      const P pp = P::broadcast(p), qq = P::broadcast(q), dd = P::broadcast(d);
+      const P pp = P::broadcast(p), qq = P::broadcast(q);
       for (Index m = 0; m < N_; m += W) {
         const Index i = o + m;
-        const P l = mode == 2 ? dd : mode == 0 ? dd * P::load(rate + m) : P::load(rate + m);
+        const P l = src.template pack<P>(m);
         if (lam) l.store(lam + i);
         const P e1 = log_decay::factor(l);  // E(t .. t): the factor joining lag 1
         e1.store(fac + i);
