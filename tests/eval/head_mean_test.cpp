@@ -335,6 +335,35 @@ TEST_CASE("materialize_all: flipped and forward diag * S * diag * conv terms aga
       check_close(all.slice(c), ref, tol<double>());
     }
   }
+  // A factored decay shared by the channels of each head (dt per head, A per head and state): the
+  // gathered dt of channel c is its head's column; D = 12 and L = 50 leave channels and tokens past
+  // the 8 x 8 transposes of the gather.
+  for (Index L : {1, 17, 50}) {
+    INFO("factored, head_dim 4, L = " << L);
+    const Index H = 3, P = 4, N = 5, D = H * P;
+    const MatD dt = uniform<double>(L, H, 0.01, 0.9), A = uniform<double>(H, N, -1.5, -0.1);
+    const MatD B = normal<double>(L, N), C = normal<double>(L, N), z = normal<double>(L, D), w = normal<double>(4, D);
+    MatD lam(L, H * N);
+    for (Index t = 0; t < L; ++t)
+      for (Index hh = 0; hh < H; ++hh)
+        for (Index m = 0; m < N; ++m) lam(t, hh * N + m) = dt(t, hh) * A(hh, m);
+    auto run = [&](auto one) {
+      using T = decltype(one);
+      auto cast = [](const MatD& x) { return Mat<T>(x.cast<T>()); };
+      const auto S = iattn::semiseparable(iattn::factored_decay(cast(dt), cast(A)), cast(B), cast(C), {.heads = H, .head_dim = P});
+      const auto h = iattn::diagonal(cast(z)) * S * iattn::causal_conv(cast(w)) + T(0.5) * iattn::flip(S);
+      const iattn::Tensor3<T> all = iattn::materialize_all(h);
+      for (Index c = 0; c < D; ++c) {
+        const MatD Sc = dense_semiseparable(lam, B, C, H, P, 1, c);
+        MatD ref = dense_diagonal(z, c, L) * Sc * dense_conv(w, c, L);
+        for (Index t = 0; t < L; ++t)
+          for (Index u = 0; u < L; ++u) ref(t, u) += 0.5 * Sc(L - 1 - t, L - 1 - u);
+        check_close(all.slice(c), ref, tol<T>());
+      }
+    };
+    run(double{});
+    run(float{});
+  }
   // Only flipped terms (nothing writes left of the diagonal but the zeros), two forward terms with
   // cores (the second adds to the first's products in the output), widths 4 and 2.
   for (Index L : {7, 70, 150}) {

@@ -146,7 +146,7 @@ class all_channels {
   };
   struct scratch {
     std::vector<tables> tab;
-    std::vector<T> panel, wp, acc, e, lam, cum, post, pre;
+    std::vector<T> panel, wp, acc, e, lam, cum, post, pre, gat;
   };
   /// Per term, (D, L): w * post, pre and a factored decay's dt, channel-major.
   struct gathered {
@@ -180,15 +180,16 @@ class all_channels {
   }
 
   /// Every term's diagonals and factored decay, channel-major, read from the (L, D) operands in
-  /// blocks of tb tokens: a block's rows of every operand are read in order and stay in L1 while
-  /// each channel's tb values are written (tb = 32: two threads share a cache line of the result
-  /// only at a block's edge).
+  /// blocks of tb tokens: a block's rows are formed token-major in a buffer (whole packs over the
+  /// channels, one pass per factor) and transposed into the channel-major arrays 16 channels (a
+  /// cache line of a row) at a time (tb = 32: two threads share a cache line of the result only at
+  /// a block's edge).
   gathered& gather() const {
     thread_local gathered g;
     const std::size_t nt = terms_.size();
     g.post.resize(nt), g.pre.resize(nt), g.dt.resize(nt);
     constexpr Index tb = 32;
-    const Index n = D_ * L_;
+    const Index n = D_ * L_, D = D_;
     for (std::size_t k = 0; k < nt; ++k) {
       const mean_term<T>& m = terms_[k].term;
       T* post = sized(g.post[k], n);
@@ -196,20 +197,48 @@ class all_channels {
       T* dt = m.S && m.S->factored() ? sized(g.dt[k], n) : nullptr;
       parallel_for((L_ + tb - 1) / tb, [&](Index ub) {
         const Index u0 = ub * tb, u1 = std::min(L_, u0 + tb);
+        T* rows = sized(thread_scratch().gat, tb * D);
+        // rows[u - u0] = the block's token-major values, then into dst (D, L) channel-major
+        auto transpose = [&](T* dst) {
+          Index c8 = 0, u8 = u0;  // [0, c8) x [u0, u8) by 8 x 8 transposes
+#if IATTN_GEMM_PACK_AVX
+          if constexpr (std::is_same_v<T, float>) {
+            c8 = D / 8 * 8, u8 = u0 + (u1 - u0) / 8 * 8;
+            for (Index c = 0; c < c8; c += 8)
+              for (Index u = u0; u < u8; u += 8) transpose8x8(rows + (u - u0) * D + c, D, dst + c * L_ + u, L_);
+          }
+#endif
+          for (Index c = 0; c < D; ++c)
+            for (Index u = c < c8 ? u8 : u0; u < u1; ++u) dst[c * L_ + u] = rows[(u - u0) * D + c];
+        };
         auto fold = [&](const diag_factors<T>& d, T first, T* dst) {
-          for (Index c = 0; c < D_; ++c)
-            for (Index u = u0; u < u1; ++u) {
-              T v = first;
-              for (const auto& f : d.f) v *= f.data[(f.rows == 1 ? 0 : u) * D_ + c];
-              dst[c * L_ + u] = v;
+          for (Index u = u0; u < u1; ++u) {
+            T* r = rows + (u - u0) * D;
+            std::fill(r, r + D, first);
+            for (const auto& f : d.f) {
+              const T* x = f.data + (f.rows == 1 ? 0 : u) * D;
+              simd::for_packs<T>(D, [&](auto w, Index c) {
+                using P = Pk<decltype(w)::value>;
+                (P::load(r + c) * P::load(x + c)).store(r + c);
+              });
             }
+          }
+          transpose(dst);
         };
         fold(m.post, T(m.weight), post);
         fold(m.pre, T(1), pre);
         if (dt) {
           const coefficient<T>& x = m.S->lambda();
-          for (Index c = 0; c < D_; ++c)
-            for (Index u = u0; u < u1; ++u) dt[c * L_ + u] = x(u, m.S->head_of(c));
+          const Index hd = m.S->head_dim();  // channel c's head is c / hd
+          for (Index u = u0; u < u1; ++u) {
+            const T* xr = x.row(u);
+            T* r = rows + (u - u0) * D;
+            if (hd == 1)
+              std::copy(xr, xr + D, r);
+            else
+              for (Index c = 0; c < D; ++c) r[c] = xr[c / hd];
+          }
+          transpose(dt);
         }
       });
     }

@@ -64,6 +64,26 @@ inline Index gemm_padded_rows(Index m) {
 }
 
 #if IATTN_GEMM_PACK_AVX
+/// dst[j * ldd + i] = src[i * lds + j] for i, j < 8: one 8 x 8 transpose in registers.
+inline void transpose8x8(const float* src, Index lds, float* dst, Index ldd) {
+  __m256 r[8], t[8], u[8];
+  for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(src + i * lds);
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 8; i += 4) {
+    u[i] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+    u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+    u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+    u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+  }
+  for (int j = 0; j < 4; ++j) {
+    _mm256_storeu_ps(dst + j * ldd, _mm256_permute2f128_ps(u[j], u[j + 4], 0x20));
+    _mm256_storeu_ps(dst + (j + 4) * ldd, _mm256_permute2f128_ps(u[j], u[j + 4], 0x31));
+  }
+}
+
 // dst[p * MR + r] = src[r * lda + p] for r < rows and p < k0 (a multiple of 8), by 8 x 8
 // transposes, and zeros for rows [rows, MR); rows is a multiple of 8. MR is 16 with AVX2 (two
 // packs of 8) and 32 with AVX-512 (two packs of 16): the panels of AVX-512 once took the scalar
@@ -74,26 +94,7 @@ inline void gemm_pack_avx(const float* src, Index lda, Index k0, float* dst, Ind
   for (Index p = 0; p < k0; p += 8) {
     for (int j = 0; j < 8; ++j)
       for (Index r = rows; r < MR; r += 8) _mm256_storeu_ps(dst + (p + j) * MR + r, _mm256_setzero_ps());
-    for (Index h = 0; h < rows; h += 8) {
-      const float* s = src + h * lda + p;
-      __m256 r[8], t[8], u[8];
-      for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(s + i * lda);
-      for (int i = 0; i < 8; i += 2) {
-        t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
-        t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
-      }
-      for (int i = 0; i < 8; i += 4) {
-        u[i] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
-        u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
-        u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
-        u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
-      }
-      float* d = dst + p * MR + h;
-      for (int j = 0; j < 4; ++j) {
-        _mm256_storeu_ps(d + j * MR, _mm256_permute2f128_ps(u[j], u[j + 4], 0x20));
-        _mm256_storeu_ps(d + (j + 4) * MR, _mm256_permute2f128_ps(u[j], u[j + 4], 0x31));
-      }
-    }
+    for (Index h = 0; h < rows; h += 8) transpose8x8(src + h * lda + p, lda, dst + p * MR + h, MR);
   }
 }
 #endif
