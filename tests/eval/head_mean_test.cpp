@@ -364,6 +364,26 @@ TEST_CASE("materialize_all: flipped and forward diag * S * diag * conv terms aga
     run(double{});
     run(float{});
   }
+  // Bands (terms without a core), one wider than the widest convolution folded into a core, beside a
+  // core: their taps, forward and flipped.
+  for (Index L : {1, 9, 40}) {
+    INFO("bands, L = " << L);
+    const Index D = 5, N = 3;
+    const MatD z = normal<double>(L, D), z2 = normal<double>(L, D), w20 = normal<double>(20, D), w3 = normal<double>(3, D);
+    const MatD lam = uniform<double>(L, D * N, -0.7, -0.01), B = normal<double>(L, N), C = normal<double>(L, N);
+    const auto S = iattn::semiseparable(lam, B, C, {.heads = D});
+    const auto h = iattn::diagonal(z) * iattn::causal_conv(w20) + iattn::flip(iattn::diagonal(z2) * iattn::causal_conv(w3)) + S;
+    std::vector<iattn::cpu_detail::all_term<double>> terms;
+    REQUIRE(iattn::cpu_detail::expand_all_terms<double>(h, iattn::cpu_detail::context{L, D}, terms));
+    const iattn::Tensor3<double> all = iattn::materialize_all(h);
+    for (Index c = 0; c < D; ++c) {
+      const MatD fwd = dense_diagonal(z, c, L) * dense_conv(w20, c, L), bwd = dense_diagonal(z2, c, L) * dense_conv(w3, c, L);
+      MatD ref = fwd + dense_semiseparable(lam, B, C, D, 1, 1, c);
+      for (Index t = 0; t < L; ++t)
+        for (Index u = 0; u < L; ++u) ref(t, u) += bwd(L - 1 - t, L - 1 - u);
+      check_close(all.slice(c), ref, tol<double>());
+    }
+  }
   // Only flipped terms (nothing writes left of the diagonal but the zeros), two forward terms with
   // cores (the second adds to the first's products in the output), widths 4 and 2.
   for (Index L : {7, 70, 150}) {

@@ -146,7 +146,7 @@ class all_channels {
   };
   struct scratch {
     std::vector<tables> tab;
-    std::vector<T> panel, wp, acc, e, lam, cum, post, pre, gat;
+    std::vector<T> panel, wp, acc, e, lam, cum, post, pre, gat, taps;
   };
   /// Per term, (D, L): w * post, pre and a factored decay's dt, channel-major.
   struct gathered {
@@ -262,7 +262,7 @@ class all_channels {
         if (a.term.S)
           core_rows(a, s.tab[k], p, m0, m1, panel, a.flipped ? right : left, s);
         else
-          band_rows(a, c, g.post[k].data() + c * L_, r0, r1, panel);
+          band_rows(a, c, g.post[k].data() + c * L_, r0, r1, panel, s);
       }
       for (Index t = r0; t < r1; ++t) {
         T* row = panel + (t - r0) * L_;
@@ -282,13 +282,21 @@ class all_channels {
   Index out_col(bool flipped, Index sp) const { return flipped ? L_ - 1 - sp : sp; }
 
   /// A term without a core: H[u, u - lag] = w post[u] tap(lag).
-  void band_rows(const all_term<T>& a, Index c, const T* post, Index r0, Index r1, T* panel) const {
+  void band_rows(const all_term<T>& a, Index c, const T* post, Index r0, Index r1, T* panel, scratch& s) const {
     const mean_term<T>& m = a.term;
     const Index K = m.width();
+    T* tap = sized(s.taps, K);
+    for (Index lag = 0; lag < K; ++lag) tap[lag] = m.conv ? m.conv->tap(lag, c) : T(1);
+    // Row t is token u = t (forward; column u - lag) or u = L-1-t (flipped; column L-1-(u-lag) = t + lag).
     for (Index t = r0; t < r1; ++t) {
-      const Index u = out_row(a.flipped, t);
-      for (Index lag = 0; lag < K && lag <= u; ++lag)
-        panel[(t - r0) * L_ + out_col(a.flipped, u - lag)] += post[u] * (m.conv ? m.conv->tap(lag, c) : T(1));
+      T* row = panel + (t - r0) * L_;
+      if (a.flipped) {
+        const T p = post[L_ - 1 - t];
+        for (Index lag = 0; lag < K && lag <= L_ - 1 - t; ++lag) row[t + lag] += p * tap[lag];
+      } else {
+        const T p = post[t];
+        for (Index lag = 0; lag < K && lag <= t; ++lag) row[t - lag] += p * tap[lag];
+      }
     }
   }
 
