@@ -280,6 +280,15 @@ struct bidir_like {
   }
 };
 
+/// diag(z) Sc conv(w) + flip_weight J Sc J for channel c: the oracle of a forward term with a
+/// convolution plus a flipped core.
+static MatD diag_core_conv_plus_flip(const MatD& Sc, const MatD& z, const MatD& w, Index c, Index L, double flip_weight) {
+  MatD ref = dense_diagonal(z, c, L) * Sc * dense_conv(w, c, L);
+  for (Index t = 0; t < L; ++t)
+    for (Index u = 0; u < L; ++u) ref(t, u) += flip_weight * Sc(L - 1 - t, L - 1 - u);
+  return ref;
+}
+
 template <class T, bool Conv>
 void check_bidir(Index L) {
   using namespace iattn;
@@ -329,10 +338,7 @@ TEST_CASE("materialize_all: flipped and forward diag * S * diag * conv terms aga
     const iattn::Tensor3<double> all = iattn::materialize_all(h);
     for (Index c = 0; c < D; ++c) {
       const MatD Sc = dense_semiseparable(lam, B, C, H, P, 1, c);
-      MatD ref = dense_diagonal(z, c, L) * Sc * dense_conv(w, c, L);
-      for (Index t = 0; t < L; ++t)
-        for (Index u = 0; u < L; ++u) ref(t, u) += 2.0 * Sc(L - 1 - t, L - 1 - u);
-      check_close(all.slice(c), ref, tol<double>());
+      check_close(all.slice(c), diag_core_conv_plus_flip(Sc, z, w, c, L, 2.0), tol<double>());
     }
   }
   // A factored decay shared by the channels of each head (dt per head, A per head and state): the
@@ -355,10 +361,7 @@ TEST_CASE("materialize_all: flipped and forward diag * S * diag * conv terms aga
       const iattn::Tensor3<T> all = iattn::materialize_all(h);
       for (Index c = 0; c < D; ++c) {
         const MatD Sc = dense_semiseparable(lam, B, C, H, P, 1, c);
-        MatD ref = dense_diagonal(z, c, L) * Sc * dense_conv(w, c, L);
-        for (Index t = 0; t < L; ++t)
-          for (Index u = 0; u < L; ++u) ref(t, u) += 0.5 * Sc(L - 1 - t, L - 1 - u);
-        check_close(all.slice(c), ref, tol<T>());
+        check_close(all.slice(c), diag_core_conv_plus_flip(Sc, z, w, c, L, 0.5), tol<T>());
       }
     };
     run(double{});
