@@ -181,9 +181,9 @@ class all_channels {
 
   /// Every term's diagonals and factored decay, channel-major, read from the (L, D) operands in
   /// blocks of tb tokens: a block's rows are formed token-major in a buffer (whole packs over the
-  /// channels, one pass per factor) and transposed into the channel-major arrays 16 channels (a
-  /// cache line of a row) at a time (tb = 32: two threads share a cache line of the result only at
-  /// a block's edge).
+  /// channels, one pass per factor) and transposed into the channel-major arrays by 8 x 8 register
+  /// transposes (float with AVX; the remainders and other types entry by entry). tb = 32: two
+  /// threads share a cache line of the result only at a block's edge.
   gathered& gather() const {
     thread_local gathered g;
     const std::size_t nt = terms_.size();
