@@ -341,8 +341,10 @@ class all_channels {
     }
     // ct[u] = U[u] E(b0+1 .. u) forward from the block's first token, bt[sig] = Z[sig] E(sig+1 ..
     // b1-1) backward from its last (stored at L-1-sig when flipped), blk the whole block's decay.
-    // A shared decay sums lam over those ranges once for all states, exp(rate * sum) per state;
-    // a per-state one takes running products.
+    // A shared decay sums lam over those ranges once for all states, exp(rate * sum) per state,
+    // or (AVX float, N a multiple of 8: refer_tiles) running products of the factors over tiles
+    // transposed to token-major, without those two exponentials per entry; a per-state one takes
+    // running products.
     T* fwd = nullptr;  // sum of lam over b0+1 .. u; bwd: over sig+1 .. b1-1 (at sig)
     T* bwd = nullptr;
     T* tmp = nullptr;
@@ -370,6 +372,7 @@ class all_channels {
     std::fill(band, band + std::max<Index>(nd, 1) * lr, T(0));
     // One state at a time, all its rows formed while they stay in L1, whole packs over the tokens.
     const Index Lw = (L + W - 1) / W * W;  // the packs' reach; lr >= pad + Lw + W
+    const bool tiles = refer_by_tiles && N % 8 == 0;  // ct and bt by refer_tiles
     for (Index q = 0; q < N; ++q) {
       T* fq = fac + q * lr;
       T* uq = U + q * lr;
@@ -419,7 +422,9 @@ class all_channels {
       T* bq_ = bt + q * lr;
       std::fill(bq_, bq_ + lr, T(0));
       bq_ += pad;
-      if (shared) {
+      if (tiles && shared) {
+        // ct and bt below, by running products over transposed tiles
+      } else if (shared) {
         T* to = a.flipped ? tmp : bq_ - (K - 1);
         for (Index u = 0; u < Lw; u += W) {
           (exp(aq * P::load(fwd + u)) * P::load(uq + pad + u)).store(cq_ + u);
@@ -447,6 +452,7 @@ class all_channels {
         }
       }
     }
+    if (tiles && shared) refer_tiles(a.flipped, edges, N, K, fac, U, Z, ct, bt);
     // The band from the core's diagonals, in place (d descending: band[d] reads core[0 .. d]).
     for (Index u = 0; u < L && nd > 0; u += W)
       for (Index d = nd - 1; d >= 0; --d) {
@@ -454,6 +460,73 @@ class all_channels {
         for (Index lag = 0; lag <= d; ++lag) v = fma(P::broadcast(tap[lag]), P::load(band + (d - lag) * lr + pad + u), v);
         v.store(band + d * lr + pad + u);
       }
+  }
+
+#if IATTN_GEMM_PACK_AVX
+  static constexpr bool refer_by_tiles = std::is_same_v<T, float> && W == 8;
+#else
+  static constexpr bool refer_by_tiles = false;
+#endif
+
+  /// ct[u] = U[u] E(b0+1 .. u) and bt[sig] = Z[sig] E(sig+1 .. b1-1) of every block [b0, b1) (bt at
+  /// sig - (K-1), or at L-1-sig flipped), for a decay shared by the states (which prepare would take
+  /// with two exponentials per entry): running products of the factors over 8 x 8 tiles transposed
+  /// to token-major, 8 states a pack, and transposed back. N a multiple of 8.
+  void refer_tiles(bool flipped, const std::vector<Index>& edges, Index N, Index K, const T* fac, const T* U,
+                   const T* Z, T* ct, T* bt) const {
+#if IATTN_GEMM_PACK_AVX
+    if constexpr (refer_by_tiles) {
+      const Index lr = lr_, L = L_, Lt = (L + 7) / 8 * 8;
+      alignas(32) float tile[64], back[64];
+      const __m256 one = _mm256_set1_ps(1.f);
+      const __m256i rev = _mm256_set_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+      for (Index q0 = 0; q0 < N; q0 += 8) {
+        const Index o = q0 * lr + pad;
+        // forward: F(u) = 1 at a block's first token, F(u-1) fac(u) after
+        __m256 F = one;
+        std::size_t e = 0;  // edges[e] is the next block start at or after u
+        for (Index u0 = 0; u0 < Lt; u0 += 8) {
+          transpose8x8(fac + o + u0, lr, tile, 8);
+          for (Index j = 0; j < 8; ++j) {
+            const Index u = u0 + j;
+            while (e < edges.size() && edges[e] < u) ++e;
+            F = e < edges.size() && edges[e] == u ? one : _mm256_mul_ps(F, _mm256_load_ps(tile + 8 * j));
+            _mm256_store_ps(tile + 8 * j, F);
+          }
+          transpose8x8(tile, 8, back, 8);
+          for (Index i = 0; i < 8; ++i) {
+            const Index row = (q0 + i) * lr + pad + u0;
+            _mm256_storeu_ps(ct + row, _mm256_mul_ps(_mm256_load_ps(back + 8 * i), _mm256_loadu_ps(U + row)));
+          }
+        }
+        // backward: G(sig) = 1 at a block's last token, fac(sig+1) G(sig+1) before
+        __m256 G = one, next = one;  // next: fac(sig+1) as a pack over the states
+        std::size_t f = edges.size();  // edges[f - 1] is the last block start at or below sig + 1
+        for (Index u0 = Lt - 8; u0 >= 0; u0 -= 8) {
+          transpose8x8(fac + o + u0, lr, tile, 8);
+          for (Index j = 7; j >= 0; --j) {
+            const Index sg = u0 + j;
+            while (f > 0 && edges[f - 1] > sg + 1) --f;
+            const __m256 fs = _mm256_load_ps(tile + 8 * j);
+            G = (f > 0 && edges[f - 1] == sg + 1) || sg + 1 >= L ? one : _mm256_mul_ps(G, next);
+            next = fs;
+            _mm256_store_ps(tile + 8 * j, G);
+          }
+          transpose8x8(tile, 8, back, 8);
+          for (Index i = 0; i < 8; ++i) {
+            const __m256 v = _mm256_mul_ps(_mm256_load_ps(back + 8 * i), _mm256_loadu_ps(Z + (q0 + i) * lr + pad + u0));
+            T* row = bt + (q0 + i) * lr + pad;
+            if (flipped)  // sig = u0 + j at L-1-sig: the pack reversed, from L-8-u0
+              _mm256_storeu_ps(row + L - 8 - u0, _mm256_permutevar8x32_ps(v, rev));
+            else
+              _mm256_storeu_ps(row + u0 - (K - 1), v);
+          }
+        }
+      }
+      return;
+    }
+#endif
+    (void)flipped, (void)edges, (void)N, (void)K, (void)fac, (void)U, (void)Z, (void)ct, (void)bt;
   }
 
   /// Output rows of panel p of one term with a core, into the panel (rows [r0, r1) of the output, row
