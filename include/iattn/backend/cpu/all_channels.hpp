@@ -47,6 +47,14 @@
 #include <type_traits>
 #include <vector>
 
+// all_channels::refer_tiles: AVX2 float (gemm.hpp's 8 x 8 transposes; a flipped term's reversed
+// store is a lane permutation across the pack's halves).
+#if IATTN_GEMM_PACK_AVX && defined(__AVX2__)
+#define IATTN_REFER_TILES 1
+#else
+#define IATTN_REFER_TILES 0
+#endif
+
 namespace iattn::cpu_detail {
 
 template <class N>
@@ -342,7 +350,7 @@ class all_channels {
     // ct[u] = U[u] E(b0+1 .. u) forward from the block's first token, bt[sig] = Z[sig] E(sig+1 ..
     // b1-1) backward from its last (stored at L-1-sig when flipped), blk the whole block's decay.
     // A shared decay sums lam over those ranges once for all states, exp(rate * sum) per state,
-    // or (AVX float, N a multiple of 8: refer_tiles) running products of the factors over tiles
+    // or (AVX2 float, N a multiple of 8: refer_tiles) running products of the factors over tiles
     // transposed to token-major, without those two exponentials per entry; a per-state one takes
     // running products.
     T* fwd = nullptr;  // sum of lam over b0+1 .. u; bwd: over sig+1 .. b1-1 (at sig)
@@ -462,11 +470,7 @@ class all_channels {
       }
   }
 
-#if IATTN_GEMM_PACK_AVX
-  static constexpr bool refer_by_tiles = std::is_same_v<T, float> && W == 8;
-#else
-  static constexpr bool refer_by_tiles = false;
-#endif
+  static constexpr bool refer_by_tiles = IATTN_REFER_TILES && std::is_same_v<T, float> && W == 8;
 
   /// ct[u] = U[u] E(b0+1 .. u) and bt[sig] = Z[sig] E(sig+1 .. b1-1) of every block [b0, b1) (bt at
   /// sig - (K-1), or at L-1-sig flipped), for a decay shared by the states (which prepare would take
@@ -474,7 +478,7 @@ class all_channels {
   /// to token-major, 8 states a pack, and transposed back. N a multiple of 8.
   void refer_tiles(bool flipped, const std::vector<Index>& edges, Index N, Index K, const T* fac, const T* U,
                    const T* Z, T* ct, T* bt) const {
-#if IATTN_GEMM_PACK_AVX
+#if IATTN_REFER_TILES
     if constexpr (refer_by_tiles) {
       const Index lr = lr_, L = L_, Lt = (L + 7) / 8 * 8;
       alignas(32) float tile[64], back[64];
