@@ -353,6 +353,7 @@ class all_channels {
     // or (AVX2 float, N a multiple of 8: refer_tiles) running products of the factors over tiles
     // transposed to token-major, without those two exponentials per entry; a per-state one takes
     // running products.
+    const bool tiles = shared && refer_by_tiles && N % 8 == 0;  // ct and bt by refer_tiles
     T* fwd = nullptr;  // sum of lam over b0+1 .. u; bwd: over sig+1 .. b1-1 (at sig)
     T* bwd = nullptr;
     T* tmp = nullptr;
@@ -363,7 +364,7 @@ class all_channels {
       std::fill(fwd, fwd + 2 * lr, T(0));
       for (Index b = 0; b < np_; ++b) {
         const Index b0 = edges[std::size_t(b)], b1 = edges[std::size_t(b) + 1];
-        for (Index u = b0 + 1; u < b1; ++u) fwd[u] = fwd[u - 1] + lam[pad + u];
+        for (Index u = b0 + 1; u < b1 && !tiles; ++u) fwd[u] = fwd[u - 1] + lam[pad + u];
         for (Index u = b1 - 2; u >= b0; --u) bwd[u] = bwd[u + 1] + lam[pad + u + 1];
         const T whole = bwd[b0] + lam[pad + b0];
         simd::for_packs<T>(N, [&](auto w, Index q) {
@@ -380,7 +381,6 @@ class all_channels {
     std::fill(band, band + std::max<Index>(nd, 1) * lr, T(0));
     // One state at a time, all its rows formed while they stay in L1, whole packs over the tokens.
     const Index Lw = (L + W - 1) / W * W;  // the packs' reach; lr >= pad + Lw + W
-    const bool tiles = refer_by_tiles && N % 8 == 0;  // ct and bt by refer_tiles
     for (Index q = 0; q < N; ++q) {
       T* fq = fac + q * lr;
       T* uq = U + q * lr;
@@ -430,8 +430,8 @@ class all_channels {
       T* bq_ = bt + q * lr;
       std::fill(bq_, bq_ + lr, T(0));
       bq_ += pad;
-      if (tiles && shared) {
-        // ct and bt below, by running products over transposed tiles
+      if (tiles) {
+        // ct and bt after the loop over the states (refer_tiles)
       } else if (shared) {
         T* to = a.flipped ? tmp : bq_ - (K - 1);
         for (Index u = 0; u < Lw; u += W) {
@@ -460,7 +460,7 @@ class all_channels {
         }
       }
     }
-    if (tiles && shared) refer_tiles(a.flipped, edges, N, K, fac, U, Z, ct, bt);
+    if (tiles) refer_tiles(a.flipped, edges, N, K, fac, U, Z, ct, bt);
     // The band from the core's diagonals, in place (d descending: band[d] reads core[0 .. d]).
     for (Index u = 0; u < L && nd > 0; u += W)
       for (Index d = nd - 1; d >= 0; --d) {
