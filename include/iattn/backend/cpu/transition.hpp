@@ -127,7 +127,8 @@ void summarize_by_recurrence(const head_view<T>& hv, Index t0, Index C, chunk_su
 }
 
 /// apply's choice between the chunked form and the recurrence: 0 decides per head with
-/// chunk_pays; 1 takes the chunked form wherever it applies, -1 never (the tests' switches).
+/// chunk_pays; 1 takes the chunked form wherever it applies, -1 never (the tests' switches). The
+/// tiles' summaries follow it too (0: summary_by_recurrence_pays per chunk).
 struct chunk_tuning {
   static inline int force = 0;
 };
@@ -144,6 +145,19 @@ inline bool chunk_pays(Index N, Index n, Index R, bool per_key, bool collapsed) 
   const double factors = (per_key ? 3.0 : 1.5) * C * Nd * (collapsed ? 2.0 : Rd + 1);
   const double recurrence = Nd * nd * (2 * Rd + 3);
   return gemm * nd / 0.8 + factors / 0.25 < recurrence / 0.45;
+}
+
+/// The tiles' choice for one chunk's summary (Qeff, Meff, Keff, Phi): the recurrence on the N + C
+/// identity columns [I_N | 0] and [0 | I_C] (summarize_by_recurrence) against the chunked factors
+/// and the summary's four products (summarize), by multiply-adds per token weighted as in
+/// chunk_pays. RWKV-7's heads (N = C = 64, rank 1, a decay per key, whose pair matrices need the
+/// sub-blocks) take the recurrence; Gated DeltaNet's (N = 128, a decay per head) the chunked form.
+inline bool summary_by_recurrence_pays(Index N, Index C, Index R, bool per_key) {
+  const double Cd = double(C), Nd = double(N), Rd = double(R);
+  const double factors = (per_key ? 3.0 : 1.5) * Cd * Nd * (Rd + 1);
+  const double products = 4 * Nd * Cd * std::max(Rd, 1.0);
+  const double recurrence = Nd * (Nd + Cd) * (2 * Rd + 3);
+  return recurrence / 0.45 < factors / 0.25 + products / 0.8;
 }
 
 /// One head's lower-triangular L x L matrix (see the header): per-chunk summaries, and per row
@@ -203,7 +217,9 @@ class head_matrix {
     std::call_once(once_[std::size_t(jb)], [&] {
       const Index t0 = jb * chunk_len, C = std::min(chunk_len, L_ - t0);
       chunk_factors<T> f;
-      if (f.compute(hv_, t0, C)) summarize(f, sums_[std::size_t(jb)]);
+      const bool recurrence = chunk_tuning::force < 0 ||
+                              (chunk_tuning::force == 0 && summary_by_recurrence_pays(hv_.N, C, hv_.R, hv_.n->per_key()));
+      if (!recurrence && f.compute(hv_, t0, C)) summarize(f, sums_[std::size_t(jb)]);
       else summarize_by_recurrence(hv_, t0, C, sums_[std::size_t(jb)]);
     });
     return sums_[std::size_t(jb)];
