@@ -113,6 +113,7 @@ template <class T>
 void summarize_by_recurrence(const head_view<T>& hv, Index t0, Index C, chunk_summary<T>& s) {
   const Index N = hv.N, R = hv.R, n = N + C;
   workspace<T> ws(N, R, n);
+  ws.grow = N;  // input column N + t is zero before token t, and so is its state
   for (Index m = 0; m < N; ++m) ws.Y[std::size_t(m * n + m)] = T(1);
   if (R > 0 && t0 > 0)  // the projections of the initial state, a_{t0,r}^T [I | 0]
     for (Index r = 0; r < R; ++r) std::copy_n(hv.a(t0) + r * N, N, ws.w.data() + r * n);
@@ -122,7 +123,7 @@ void summarize_by_recurrence(const head_view<T>& hv, Index t0, Index C, chunk_su
                [&](Index t) { return y.data() + (t - t0) * n; });
   s.Qeff = y.leftCols(N);
   s.Meff = y.rightCols(C);
-  for (Index t = 0; t < C; ++t) s.Meff.row(t).tail(C - 1 - t).setZero();
+  for (Index t = 0; t < C; ++t) s.Meff.row(t).tail(C - 1 - t).setZero();  // not all written (ws.grow)
   s.pack(ws.Y.data() + N, n, ws.Y.data(), n, N, C);
 }
 

@@ -148,16 +148,17 @@ inline void step_packs(Index N, Index R, Index n, T* Y, const step_coeffs<T>& c,
 /// w (R x n) holding the old state's projections, wn receiving the new one's. One pass over Y,
 /// vectorised across the n channels, step_group packs at a time; with a compile-time rank RC the
 /// projections stay in registers for the whole pass over the N rows, RC = -1 runs any R through
-/// memory. One body at the SIMD width and at width 1 for the tail.
+/// memory. One body at the SIMD width and at width 1 for the tail. Only the first na <= n channels
+/// are stepped (the others, and their outputs and projections, left as they are).
 template <class T, int RC>
-void step(Index N, Index R, Index n, T* Y, const step_coeffs<T>& c, const T* w, T* wn, const T* x, T* y) {
+void step(Index N, Index R, Index n, T* Y, const step_coeffs<T>& c, const T* w, T* wn, const T* x, T* y, Index na) {
   constexpr int W = simd::width<T>, G = step_group<RC>;
   Index j = 0;
-  for (; j + G * W <= n; j += G * W) step_packs<T, RC, W, G>(N, R, n, Y, c, w, wn, x, y, j);
+  for (; j + G * W <= na; j += G * W) step_packs<T, RC, W, G>(N, R, n, Y, c, w, wn, x, y, j);
   if constexpr (G > 1)
-    for (; j + W <= n; j += W) step_packs<T, RC, W, 1>(N, R, n, Y, c, w, wn, x, y, j);
+    for (; j + W <= na; j += W) step_packs<T, RC, W, 1>(N, R, n, Y, c, w, wn, x, y, j);
   if constexpr (W > 1)
-    for (; j < n; ++j) step_packs<T, RC, 1, 1>(N, R, n, Y, c, w, wn, x, y, j);
+    for (; j < na; ++j) step_packs<T, RC, 1, 1>(N, R, n, Y, c, w, wn, x, y, j);
 }
 
 /// Bytes of one block of a scan's gathered token rows and outputs (scan_block): with the state
@@ -170,6 +171,11 @@ inline constexpr Index scan_block_bytes = 12 << 10;
 template <class T>
 struct workspace {
   Index n, rs, B;
+  /// Channels of the scan's i-th token that can be nonzero: all (-1), or [0, grow + i + 1) (the
+  /// identity inputs of a chunk's summary: channel grow + i is token i's one-hot input, and the
+  /// channels past it hold zero states until theirs), rounded up to whole packs. The channels left
+  /// out keep zero states and projections; their outputs are not written.
+  Index grow = -1;
   std::vector<T> zeros, Y, w, wn, rows, ys;
   workspace(Index N, Index R, Index channels)
       : n(channels), rs((3 + 2 * R) * N + channels),
@@ -213,7 +219,9 @@ void scan_block(const head_view<T>& hv, workspace<T>& ws, Index first, Index cou
     const T* row = ws.rows.data() + (i - i0) * ws.rs;
     const step_coeffs<T> c{row, R > 0 ? row + 3 * N : ws.zeros.data(), row + N, row + 2 * N,
                            R > 0 ? row + 3 * N + RN : ws.zeros.data()};
-    step<T, RC>(N, R, n, ws.Y.data(), c, ws.w.data(), ws.wn.data(), row + 3 * N + 2 * RN, ws.ys.data() + (i - i0) * n);
+    constexpr Index W = simd::width<T>;
+    const Index na = ws.grow < 0 ? n : std::min(n, (ws.grow + i + W) / W * W);
+    step<T, RC>(N, R, n, ws.Y.data(), c, ws.w.data(), ws.wn.data(), row + 3 * N + 2 * RN, ws.ys.data() + (i - i0) * n, na);
     std::swap(ws.w, ws.wn);
   }
   for (Index i = i0; i < i1; ++i) copy_row(ws.ys.data() + (i - i0) * n, n, yrow(first + dir * i));
