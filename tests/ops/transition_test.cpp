@@ -518,6 +518,42 @@ TEMPLATE_TEST_CASE("transition: chunked form, ranks 0 to 5 and both decay shapes
       }
 }
 
+TEMPLATE_TEST_CASE("transition: the tiles' chunk summaries by the recurrence and by the chunked factors", "[transition][chunked]",
+                   float, double) {
+  // A generic rank-1 head with a decay per key at N = 64 (RWKV-7's shape: the default takes the
+  // recurrence, td::summary_by_recurrence_pays) and at N = 5 and 13 (the recurrence's channels
+  // grow by one a token and are stepped in whole packs: N + t + 1 rounded up); a reset inside a
+  // chunk, and lengths ending in a partial chunk.
+  using T = TestType;
+  const double tol = tolerance<T>();
+  REQUIRE(td::summary_by_recurrence_pays(64, 64, 1, true));     // RWKV-7's heads
+  REQUIRE_FALSE(td::summary_by_recurrence_pays(128, 64, 1, false));  // Gated DeltaNet's
+  const int saved = td::chunk_tuning::force;
+  for (Index N : {Index(64), Index(5), Index(13)})
+    for (Index L : {Index(70), Index(130)}) {
+      auto p = make_params<T>(kind::generic, L, {2, 3, N}, 1, /*per_key=*/true);
+      for (Index m = 0; m < N; ++m) {  // head 1 resets: no decay and no low-rank path across L - 20
+        p.lam(L - 20, N + m) = -std::numeric_limits<T>::infinity();
+        p.b(L - 20, N + m) = T(0);
+      }
+      const auto Tn = p.node();
+      const std::vector<MatD> M = dense_heads(p);
+      for (int force : {-1, 0, 1}) {
+        td::chunk_tuning::force = force;
+        INFO("N = " << N << ", L = " << L << ", force = " << force);
+        for (Index h = 0; h < 2; ++h) {
+          const Mat<T> Mh = iattn::materialize(Tn, h * 3 + 1);
+          expect_close(tag<T>("summaries, materialize"), Mh, M[std::size_t(h)], tol);
+          if (h == 1)  // exact zeros across the reset
+            for (Index t = L - 20; t < L; ++t) REQUIRE(Mh.row(t).head(L - 20).cwiseAbs().maxCoeff() == T(0));
+        }
+        expect_close(tag<T>("summaries, block"), iattn::block(Tn, 4, {L - 10, L}, {0, L - 30}),
+                     MatD(M[1].block(L - 10, 0, 10, L - 30)), tol);
+      }
+      td::chunk_tuning::force = saved;
+    }
+}
+
 TEMPLATE_TEST_CASE("transition: chunked form, decays 1 and 0, beta 0 and near 2", "[transition][chunked]", float, double) {
   using T = TestType;
   force_chunked forced;
