@@ -17,8 +17,9 @@
 // apply_t: the anti-causal transposed recurrence, token by token (transition_scan.hpp).
 // tiles:   one head's lower-triangular L x L matrix from per-chunk summaries of 64 tokens
 //          (transition_chunk.hpp: Qeff (C x N), the diagonal tile Meff, Keff (N x C), the chunk's
-//          product Phi (N x N); each computed once on first use, by the chunked form or, where it
-//          does not apply, by the recurrence on identity columns). Row block I is computed on first
+//          product Phi (N x N); each computed once on first use, by the chunked form or by the
+//          recurrence on identity columns, whichever costs less (summary_by_recurrence_pays), and by
+//          the recurrence wherever the chunked form does not apply). Row block I is computed on first
 //          use from its diagonal tile leftwards, as far as asked:
 //            H[I, J] = R Keff_J,   R <- R Phi_J,   R = Qeff_I at the start,
 //          a (C x N)(N x C) and a (C x N)(N x N) product per tile: O(L^2 N (1 + N / C) / 2) for a
