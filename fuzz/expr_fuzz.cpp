@@ -1,9 +1,14 @@
 // libFuzzer target: expression evaluation on random shapes and coefficients. The input bytes choose
 // an expression kind, L, D, N, K and the coefficients (bounded, with occasional resets); in double,
 // apply(H, X) must equal materialize(H, c) X[:, c] for every channel, and row/col must equal the
-// materialized rows and columns. A mismatch aborts (a crash for libFuzzer).
+// materialized rows and columns. A mismatch aborts (a crash for libFuzzer). First bytes 240-255
+// choose the Transition family (the delta rules and a generic diagonal-plus-low-rank transition, at
+// lengths up to 140: more than two chunks of the tiles and four of apply), whose apply (chunked or
+// recurrent), materialize (chunk summaries by either form) and row/col (transposed scans) are
+// independent paths; the other first bytes keep their kinds (byte % 8).
 #include <iattn/iattn.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -20,11 +25,12 @@ struct reader {
   std::size_t n, i = 0;
   std::uint8_t byte() { return i < n ? p[i++] : 0; }
   Index pick(Index lo, Index hi) { return lo + Index(byte()) % (hi - lo + 1); }
-  /// A value in [lo, hi]; byte 255 gives `special` (a reset or an exact zero) when asked.
+  /// A value in [lo, hi]; byte 255 gives `special` (a reset or an exact zero) when asked, hi
+  /// otherwise (never past hi: a log-decay drawn from [lo, 0] must not come out positive).
   double value(double lo, double hi, double special = std::numeric_limits<double>::quiet_NaN()) {
     const std::uint8_t b = byte();
     if (b == 255 && !std::isnan(special)) return special;
-    return lo + (hi - lo) * double(b) / 254.0;
+    return lo + (hi - lo) * double(std::min<int>(b, 254)) / 254.0;
   }
   M matrix(Index r, Index c, double lo, double hi, double special = std::numeric_limits<double>::quiet_NaN()) {
     M m(r, c);
@@ -57,11 +63,53 @@ void check(const H& h, const M& x) {
   }
 }
 
+/// Rows of k scaled to unit norm per (token, head) (zero rows stay zero): the models' L2-normalised
+/// keys, so that every delta-rule transition is a non-expansion.
+M unit_keys(M k, Index H, Index N) {
+  for (Index t = 0; t < k.rows(); ++t)
+    for (Index h = 0; h < H; ++h) {
+      const double n = k.row(t).segment(h * N, N).norm();
+      if (n > 0) k.row(t).segment(h * N, N) /= n;
+    }
+  return k;
+}
+
+void transitions(reader& in, int variant) {
+  const Index L = in.pick(0, 140), H = in.pick(1, 2), P = in.pick(1, 3), N = in.pick(1, 9), K = in.pick(1, 4);
+  const Index D = H * P;
+  const double ninf = -std::numeric_limits<double>::infinity();
+  const iattn::transition_options o{.heads = H, .head_dim = P, .state = 0, .rank = -1};
+  const M x = in.matrix(L, D, -2, 2);
+  const M d = in.matrix(L, D, -2, 2, 0.0), w = in.matrix(K, D, -1, 1);
+  const M q = in.matrix(L, H * N, -2, 2), k = unit_keys(in.matrix(L, H * N, -2, 2), H, N);
+  const bool per_key = in.byte() % 2;
+  if (variant == 0) {  // Gated DeltaNet (a gate per head) or Kimi (per key), between diagonals and a convolution
+    const M beta = in.matrix(L, H, 0, 2), g = in.matrix(L, per_key ? H * N : H, -3, 0, ninf);
+    if (per_key) check(iattn::diagonal(d) * iattn::kimi_delta_rule(q, k, beta, g, o) * iattn::diagonal(M(d.cwiseAbs())) * iattn::causal_conv(w), x);
+    else check(iattn::diagonal(d) * iattn::gated_delta_rule(q, k, beta, g, o) * iattn::diagonal(M(d.cwiseAbs())) * iattn::causal_conv(w), x);
+    return;
+  }
+  // A_t = Diag(e^lambda_t) + sum_r b_r a_r^T, rank 1 to 3, lambda <= -0.05 and |a|, |b| small enough
+  // that every A_t is a contraction; flipped or not, plus a diagonal.
+  const Index R = in.pick(1, 3);
+  const double s = 0.12 / std::sqrt(double(R * N));
+  const M lam = in.matrix(L, per_key ? H * N : H, -2, -0.05, ninf);
+  const M a = in.matrix(L, H * R * N, -s, s), b = in.matrix(L, H * R * N, -s, s);
+  auto T = iattn::transition(lam, a, b, q, k, o);
+  if (in.byte() % 2) check(iattn::flip(std::move(T)) + iattn::diagonal(d), x);
+  else check(std::move(T) + iattn::diagonal(d), x);
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   reader in{data, size};
-  const int kind = in.byte() % 8;
+  const std::uint8_t first = in.byte();
+  if (first >= 240) {
+    transitions(in, first % 2);
+    return 0;
+  }
+  const int kind = first % 8;
   const Index L = in.pick(0, 40), H = in.pick(1, 3), P = in.pick(1, 2), N = in.pick(1, 4), K = in.pick(1, 6);
   const Index D = H * P;
   const double ninf = -std::numeric_limits<double>::infinity();
