@@ -528,7 +528,10 @@ TEMPLATE_TEST_CASE("transition: the tiles' chunk summaries by the recurrence and
   const double tol = tolerance<T>();
   REQUIRE(td::summary_by_recurrence_pays(64, 64, 1, true));     // RWKV-7's heads
   REQUIRE_FALSE(td::summary_by_recurrence_pays(128, 64, 1, false));  // Gated DeltaNet's
-  const int saved = td::chunk_tuning::force;
+  struct restore {  // the switch as it was, also when an assertion ends the test case
+    int saved = td::chunk_tuning::force;
+    ~restore() { td::chunk_tuning::force = saved; }
+  } restored;
   for (Index N : {Index(64), Index(5), Index(13)})
     for (Index L : {Index(70), Index(130)}) {
       auto p = make_params<T>(kind::generic, L, {2, 3, N}, 1, /*per_key=*/true);
@@ -550,7 +553,6 @@ TEMPLATE_TEST_CASE("transition: the tiles' chunk summaries by the recurrence and
         expect_close(tag<T>("summaries, block"), iattn::block(Tn, 4, {L - 10, L}, {0, L - 30}),
                      MatD(M[1].block(L - 10, 0, 10, L - 30)), tol);
       }
-      td::chunk_tuning::force = saved;
     }
 }
 
