@@ -135,6 +135,10 @@ struct chunk_tuning {
   static inline int force = 0;
 };
 
+/// The fractions of the FMA peak the forms' parts run at on the development machines
+/// (docs/performance.md), the weights of chunk_pays and summary_by_recurrence_pays.
+inline constexpr double rate_gemm = 0.8, rate_recurrence = 0.45, rate_factors = 0.25;
+
 /// Whether the chunked form pays for a head of n channels (N states, rank R, its first chunk's
 /// writes collapsed or not), by multiply-adds per token weighted by the throughput each kind runs
 /// at on the development machines (docs/performance.md): the chunk GEMMs near 0.8 of the FMA peak,
@@ -146,7 +150,7 @@ inline bool chunk_pays(Index N, Index n, Index R, bool per_key, bool collapsed) 
   const double gemm = collapsed ? 3 * Nd + C : (Nd + C / 2) * Rd + Nd + (C + C * Rd) / 2 + Nd * (1 + Rd);
   const double factors = (per_key ? 3.0 : 1.5) * C * Nd * (collapsed ? 2.0 : Rd + 1);
   const double recurrence = Nd * nd * (2 * Rd + 3);
-  return gemm * nd / 0.8 + factors / 0.25 < recurrence / 0.45;
+  return gemm * nd / rate_gemm + factors / rate_factors < recurrence / rate_recurrence;
 }
 
 /// The tiles' choice for one chunk's summary (Qeff, Meff, Keff, Phi): the recurrence on the N + C
@@ -159,7 +163,7 @@ inline bool summary_by_recurrence_pays(Index N, Index C, Index R, bool per_key) 
   const double factors = (per_key ? 3.0 : 1.5) * Cd * Nd * (Rd + 1);
   const double products = 4 * Nd * Cd * std::max(Rd, 1.0);
   const double recurrence = Nd * (Nd + Cd) * (2 * Rd + 3);
-  return recurrence / 0.45 < factors / 0.25 + products / 0.8;
+  return recurrence / rate_recurrence < factors / rate_factors + products / rate_gemm;
 }
 
 /// One head's lower-triangular L x L matrix (see the header): per-chunk summaries, and per row
