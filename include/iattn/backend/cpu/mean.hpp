@@ -140,6 +140,7 @@ using mean_terms = std::vector<mean_term<T>>;
 inline constexpr std::size_t max_mean_terms = 64;  ///< beyond this the expansion is not worth it
 inline constexpr Index max_mean_conv = 16;         ///< widest convolution folded into a core's injection
 inline constexpr Index mean_block = 64;            ///< tokens per block of G
+inline constexpr Index mean_row_group = 2;         ///< row blocks of G whose products share V's scaled copies
 inline constexpr Index fused_width = 4;            ///< the convolution width of mean_core_term's fused token pass
 
 /// node's matrix is its head's (head_dim channels per head, state N): a head core of one.
@@ -293,6 +294,7 @@ class mean_core_term {
     const Index nb = (L_ + mean_block - 1) / mean_block;
     blk_.resize(nb, M);
     lam0_.resize(nb, M);
+    tail_.resize(nb, M);
     bufs_.assign(std::size_t(max_threads()), buffers{});
     for (Index c0 = cb_; c0 < ce_; c0 += Dc_) {
       dc_ = std::min(Dc_, ce_ - c0);
@@ -312,7 +314,13 @@ class mean_core_term {
         group_[std::size_t(j)] = term_.S->group_of_head(head_[std::size_t(j)]) * N_;
       }
       parallel_for(nb, [&](Index b) { token_block(b, outT); });
-      parallel_for(nb, [&](Index k) { row_block(nb - 1 - k, outT); });  // longest rows first
+      // Row blocks 1 .. nb-1 in groups of mean_row_group from the last down (the first group the
+      // remainder): longest rows first.
+      const Index ng = (nb - 1 + mean_row_group - 1) / mean_row_group;
+      parallel_for(ng, [&](Index k) {
+        const Index I1 = nb - mean_row_group * k, I = std::max<Index>(1, I1 - mean_row_group);
+        row_group(I, I1, outT);
+      });
     }
   }
 
@@ -375,6 +383,7 @@ class mean_core_term {
       token_step(t, b0, outT, w, f, decay);
     }
     std::copy(w.lam(b0), w.lam(b0) + m_, lam0_.row(b).data());
+    std::copy(f, f + m_, tail_.row(b).data());  // E(b0+1 .. b1-1) as the running product
     std::fill(f, f + m_, T(1));
     refer_backward(b0, b1, vt_.row(b0).data(), M, f, w);  // vt = z E(s+1 .. b1-1), to its last token
     diagonal_block(b0, b1, outT, bu, w);
@@ -667,32 +676,71 @@ class mean_core_term {
     gemm_tile_add(rows, nq - cut, m_, up, gemm_mr<T> * m_, V + cut * ld, ld, dst, L_, scale_);
   }
 
-  // Row block I of G: against every column block J < I with V's rows scaled by the decay between
-  // the blocks (written once per pair into a buffer the kernel reads in L2).
-  void row_block(Index I, Matrix<T>& outT) {
-    const Index i0 = I * mean_block, i1 = std::min(L_, i0 + mean_block), M = ut_.cols();
+  // ws rows [0, mean_block) = Vt_J's rows scaled by f (the decay between J and the row block).
+  void scale_rows(T* ws, Index J, const T* f) const {
+    const Index j0 = J * mean_block, M = ut_.cols();
+    for (Index s = j0; s < j0 + mean_block; ++s) {
+      const T* vt = vt_.row(s).data();
+      T* w = ws + (s - j0) * M;
+      simd::for_packs<T>(m_, [&](auto wd, Index i) {
+        using P = Pk<decltype(wd)::value>;
+        (P::load(vt + i) * P::load(f + i)).store(w + i);
+      });
+    }
+  }
+
+  // Row blocks [I, I1) of G together. Each block's pairs inside the group first (J in [I, a) for
+  // block a, against its own panels); then block a's packed rows take the rest of its decay beyond
+  // block I's, E(i0+1 .. i0_a) = the running products of the blocks before it times their
+  // successors' first factors (no difference of log-decays), so that for every J < I one copy of
+  // Vt_J scaled by E(j1 .. i0) serves the products of all the group's rows.
+  void row_group(Index I, Index I1, Matrix<T>& outT) {
+    constexpr Index MR = gemm_mr<T>;
+    static_assert(mean_block % MR == 0, "a row block is whole panels");
+    const Index i0 = I * mean_block, i1 = std::min(L_, I1 * mean_block), M = ut_.cols();
     buffers& b = local();
     T* acc = sized(b.acc, m_);
     T* f = sized(b.f, m_);
-    if (I > 0) {
-      T* up = sized(b.up, gemm_padded_rows<T>(i1 - i0) * m_);
-      gemm_pack_a(ut_.row(i0).data(), M, i1 - i0, m_, up);
-      T* ws = sized(b.ws, mean_block * M);
-      std::copy(lam0_.row(I).data(), lam0_.row(I).data() + m_, acc);  // E(j1 .. i0) for J = I-1
-      for (Index J = I - 1; J >= 0; --J) {
-        const Index j0 = J * mean_block;
+    T* up = sized(b.up, gemm_padded_rows<T>(i1 - i0) * m_);
+    gemm_pack_a(ut_.row(i0).data(), M, i1 - i0, m_, up);
+    T* ws = sized(b.ws, mean_block * M);
+    for (Index a = I1 - 1; a > I; --a) {
+      const Index ia = a * mean_block, ie = std::min(L_, ia + mean_block);
+      T* upa = up + (ia - i0) * m_;  // block a's panels
+      std::copy(lam0_.row(a).data(), lam0_.row(a).data() + m_, acc);
+      for (Index J = a - 1; J >= I; --J) {
         factor_row(acc, f);
-        for (Index s = j0; s < j0 + mean_block; ++s) {
-          const T* vt = vt_.row(s).data();
-          T* w = ws + (s - j0) * M;
-          simd::for_packs<T>(m_, [&](auto wd, Index i) {
-            using P = Pk<decltype(wd)::value>;
-            (P::load(vt + i) * P::load(f + i)).store(w + i);
-          });
-        }
-        product(outT, up, i0, i1 - i0, ws, j0, mean_block, M);
+        scale_rows(ws, J, f);
+        product(outT, upa, ia, ie - ia, ws, J * mean_block, mean_block, M);
         combine(acc, blk_.row(J).data());
       }
+      // E(i0+1 .. ia) = prod over J in [I, a) of tail_J fac(first of J+1)
+      factor_row(lam0_.row(I + 1).data(), f);
+      for (Index J = I; J < a; ++J) {
+        const T* tail = tail_.row(J).data();
+        if (J > I) {
+          const T* l = lam0_.row(J + 1).data();
+          T* g = acc;
+          factor_row(l, g);
+          for (Index i = 0; i < m_; ++i) f[i] *= g[i];
+        }
+        for (Index i = 0; i < m_; ++i) f[i] *= tail[i];
+      }
+      for (Index q = 0; q < gemm_padded_rows<T>(ie - ia); q += MR) {
+        T* panel = upa + q * m_;
+        for (Index i = 0; i < m_; ++i) {
+          const T e = f[i];
+          T* p = panel + i * MR;
+          for (Index r = 0; r < MR; ++r) p[r] *= e;
+        }
+      }
+    }
+    std::copy(lam0_.row(I).data(), lam0_.row(I).data() + m_, acc);  // E(j1 .. i0) for J = I-1
+    for (Index J = I - 1; J >= 0; --J) {
+      factor_row(acc, f);
+      scale_rows(ws, J, f);
+      product(outT, up, i0, i1 - i0, ws, J * mean_block, mean_block, M);
+      combine(acc, blk_.row(J).data());
     }
   }
 
@@ -753,7 +801,8 @@ class mean_core_term {
   std::vector<Index> head_, group_;  // per channel of the chunk: its head, its group's first column
   bool strict_, fused_ = false;
   T scale_;
-  Matrix<T> ut_, vt_, blk_, lam0_;  // ut, vt (L, M); per token block: its whole decay, its first lam
+  Matrix<T> ut_, vt_, blk_, lam0_, tail_;  // ut, vt (L, M); per token block: its whole decay, its
+                                         // first lam, the running product of its other factors
   std::vector<T> taps_, bonus_;  // (K, m) convolution taps and (m) bonus of the current chunk
   std::vector<buffers> bufs_;
 };
