@@ -179,6 +179,16 @@ class all_channels {
   /// v's storage, grown to n elements past a 64-byte boundary.
   static T* sized_aligned(std::vector<T>& v, Index n) { return aligned64(sized(v, n + 64 / Index(sizeof(T)))); }
 
+  /// p[0, n) = v by whole packs, the last one reaching up to W - 1 entries past n where n is not a
+  /// multiple of W (the callers' layouts allow it). The value is pinned, so that the compiler does
+  /// not turn the stores back into a call of memset: a call per short run was 7 % of a one-thread
+  /// call for Vision-Mamba-small's matrices.
+  static void fill_packs(T* p, Index n, T v) {
+    Pk<W> x = Pk<W>::broadcast(v);
+    x.pin();
+    for (Index i = 0; i < n; i += W) x.store(p + i);
+  }
+
   /// x (L, M) into out (M, lr) state-major, pads 0.
   void transpose_rows(const coefficient<T>& x, std::vector<T>& out) const {
     const Index M = x.cols();
@@ -259,11 +269,13 @@ class all_channels {
       if (terms_[k].term.S) prepare(terms_[k], c, k, g, s.tab[k], s);
     // Rows [r0, r1) of the output, laid out as there (stride L), formed in the cache and copied
     // out at once: their panel_rows * L values are contiguous in out.
-    T* panel = sized_aligned(s.panel, panel_rows * L_);
+    T* panel = sized_aligned(s.panel, panel_rows * L_ + W);  // + W: fill_packs may reach past the last row
     for (Index p = 0; p < np_; ++p) {
       const Index r0 = p * panel_rows, r1 = std::min(L_, r0 + panel_rows);
       const Index m0 = std::max<Index>(0, r0 - off_), m1 = std::min(L_, r1 + off_);  // the middle columns
-      for (Index t = r0; t < r1; ++t) std::fill(panel + (t - r0) * L_ + m0, panel + (t - r0) * L_ + m1, T(0));
+      // Zeros past m1 (into the next row) are harmless: the columns outside the middle are written
+      // or zero-filled below, after these.
+      for (Index t = r0; t < r1; ++t) fill_packs(panel + (t - r0) * L_ + m0, m1 - m0, T(0));
       bool left = false, right = false;  // whether [0, m0) and [m1, L) of rows [r0, r1) are written
       for (std::size_t k = 0; k < terms_.size(); ++k) {
         const all_term<T>& a = terms_[k];
@@ -387,9 +399,9 @@ class all_channels {
       T* bq = Bp + q * lr;
       T* zq = Z + q * lr;
       // Decay factors (pads 1), U = post C and Bp = pre B (pads 0).
-      std::fill(fq, fq + pad, T(1));
-      std::fill(uq, uq + pad, T(0));
-      std::fill(bq, bq + pad, T(0));
+      fill_packs(fq, pad, T(1));  // pad: whole packs
+      fill_packs(uq, pad, T(0));
+      fill_packs(bq, pad, T(0));
       if (!shared)
         for (Index u = 0; u < L; ++u) fq[pad + u] = S.lambda()(u, h * N + q);
       const T* cq = ct_[k].data() + (g + q) * lr + pad;
@@ -586,7 +598,7 @@ class all_channels {
           }
         }
       }
-      for (Index q = 0; q < N; ++q) std::fill(wp + q * ncp + nca, wp + (q + 1) * ncp, T(0));
+      for (Index q = 0; q < N; ++q) fill_packs(wp + q * ncp + nca, NR, T(0));  // ncp = nca + NR
       // Output column of x: forward sig - K + 1 = x (sig = lo .. i0-1); flipped L-1-(sig-K+1) = col0 + x,
       // ascending as sig descends from i0-1. Rows: u ascending forward, descending flipped. The
       // columns outside the middle [m0, m1): no other term reaches them in this direction but the
@@ -732,7 +744,7 @@ class all_channels {
       return;
     }
     T* acc = sized(s.acc, N * G * W);
-    std::fill(acc, acc + N * G * W, T(0));
+    fill_packs(acc, N * G * W, T(0));
     for (Index u = i0; u < i1; ++u) {
       const T* f = tb.fac + pad + u;
       const T* z = tb.Z + pad + u;
