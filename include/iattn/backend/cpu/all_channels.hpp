@@ -417,14 +417,15 @@ class all_channels {
       std::fill(fq + pad + L, fq + lr, T(1));
       std::fill(uq + pad + L, uq + lr, T(0));
       std::fill(bq + pad + L, bq + lr, T(0));
-      // Z[sig] = sum_r tap(K-1-r) Bp[sig-r] E(sig-r+1 .. sig) for sig >= K-1 (0 before, and past L).
+      // Z[sig] = sum_r tap(K-1-r) Bp[sig-r] E(sig-r+1 .. sig) for sig >= K-1 (0 before, and past L),
+      // by Horner from the oldest lag: (..(tap(0) Bp[j0]) f[j0+1] + tap(1) Bp[j0+1]) .. ) f[sig] +
+      // tap(K-1) Bp[sig], j0 = sig-K+1.
       std::fill(zq, zq + pad + std::min(L, K - 1), T(0));
       for (Index sig = K - 1; sig < L; sig += W) {
-        P e = P::broadcast(T(1)), v = P::broadcast(T(0));
-        for (Index r = 0; r < K; ++r) {
-          if (r > 0) e = e * P::load(fq + pad + sig - r + 1);
-          v = fma(P::broadcast(tap[K - 1 - r]) * P::load(bq + pad + sig - r), e, v);
-        }
+        const T* b0 = bq + pad + sig - (K - 1);
+        const T* f0 = fq + pad + sig - (K - 1);
+        P v = P::broadcast(tap[0]) * P::load(b0);
+        for (Index lag = 1; lag < K; ++lag) v = fma(v, P::load(f0 + lag), P::broadcast(tap[lag]) * P::load(b0 + lag));
         v.store(zq + pad + sig);
       }
       std::fill(zq + pad + L, zq + lr, T(0));
