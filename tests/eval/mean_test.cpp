@@ -7,10 +7,10 @@
 #include <iattn/models/hyena.hpp>
 
 #include <algorithm>
+#include <vector>
 
 #if defined(_OPENMP)
 #include <omp.h>
-#include <vector>
 #endif
 
 using namespace test;
