@@ -689,11 +689,11 @@ class mean_core_term {
     }
   }
 
-  // Row blocks [I, I1) of G together. Each block's pairs inside the group first (J in [I, a) for
-  // block a, against its own panels); then block a's packed rows take the rest of its decay beyond
-  // block I's, E(i0+1 .. i0_a) = the running products of the blocks before it times their
-  // successors' first factors (no difference of log-decays), so that for every J < I one copy of
-  // Vt_J scaled by E(j1 .. i0) serves the products of all the group's rows.
+  // Row blocks [I, I1) of G together. First each block's pairs inside the group, against its own
+  // panels; then each block a > I's packed rows take the rest of its decay beyond block I's,
+  // E(i0+1 .. i0_a) = the product over the blocks J in [I, a) of J's running product (tail_) and
+  // the first factor of J + 1 (no log-decay differenced), so that for every J < I one copy of Vt_J
+  // scaled by E(j1 .. i0) serves the products of all the group's rows.
   void row_group(Index I, Index I1, Matrix<T>& outT) {
     constexpr Index MR = gemm_mr<T>;
     static_assert(mean_block % MR == 0, "a row block is whole panels");
@@ -704,36 +704,28 @@ class mean_core_term {
     T* up = sized(b.up, gemm_padded_rows<T>(i1 - i0) * m_);
     gemm_pack_a(ut_.row(i0).data(), M, i1 - i0, m_, up);
     T* ws = sized(b.ws, mean_block * M);
-    for (Index a = I1 - 1; a > I; --a) {
-      const Index ia = a * mean_block, ie = std::min(L_, ia + mean_block);
-      T* upa = up + (ia - i0) * m_;  // block a's panels
-      std::copy(lam0_.row(a).data(), lam0_.row(a).data() + m_, acc);
+    auto panels = [&](Index a) { return up + (a - I) * mean_block * m_; };  // block a's packed rows
+    auto rows = [&](Index a) { return std::min(L_, (a + 1) * mean_block) - a * mean_block; };
+    for (Index a = I + 1; a < I1; ++a) {
+      std::copy(lam0_.row(a).data(), lam0_.row(a).data() + m_, acc);  // E(j1 .. i0_a) for J = a-1
       for (Index J = a - 1; J >= I; --J) {
         factor_row(acc, f);
         scale_rows(ws, J, f);
-        product(outT, upa, ia, ie - ia, ws, J * mean_block, mean_block, M);
+        product(outT, panels(a), a * mean_block, rows(a), ws, J * mean_block, mean_block, M);
         combine(acc, blk_.row(J).data());
       }
-      // E(i0+1 .. ia) = prod over J in [I, a) of tail_J fac(first of J+1)
-      factor_row(lam0_.row(I + 1).data(), f);
-      for (Index J = I; J < a; ++J) {
-        const T* tail = tail_.row(J).data();
-        if (J > I) {
-          const T* l = lam0_.row(J + 1).data();
-          T* g = acc;
-          factor_row(l, g);
-          for (Index i = 0; i < m_; ++i) f[i] *= g[i];
-        }
-        for (Index i = 0; i < m_; ++i) f[i] *= tail[i];
-      }
-      for (Index q = 0; q < gemm_padded_rows<T>(ie - ia); q += MR) {
-        T* panel = upa + q * m_;
+    }
+    std::fill(f, f + m_, T(1));
+    for (Index a = I + 1; a < I1; ++a) {
+      factor_row(lam0_.row(a).data(), acc);
+      const T* tail = tail_.row(a - 1).data();
+      for (Index i = 0; i < m_; ++i) f[i] *= tail[i] * acc[i];  // E(i0+1 .. i0_a)
+      T* pa = panels(a);
+      for (Index q = 0; q < gemm_padded_rows<T>(rows(a)); q += MR)
         for (Index i = 0; i < m_; ++i) {
-          const T e = f[i];
-          T* p = panel + i * MR;
-          for (Index r = 0; r < MR; ++r) p[r] *= e;
+          T* p = pa + q * m_ + i * MR;
+          for (Index r = 0; r < MR; ++r) p[r] *= f[i];
         }
-      }
     }
     std::copy(lam0_.row(I).data(), lam0_.row(I).data() + m_, acc);  // E(j1 .. i0) for J = I-1
     for (Index J = I - 1; J >= 0; --J) {
