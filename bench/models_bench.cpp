@@ -551,7 +551,8 @@ void BM_store_vim_stream(benchmark::State& st) {
 /// multiply-adds of its products (L^2 N, N = 16, both directions) as FMA chains in registers at the
 /// FMA probe's rate, interleaved with the streaming copy-out of its (L, L) in 16-row panels as
 /// materialize_all_into does it. Nothing of the set-up, the diagonal blocks or the column operands:
-/// a bound no implementation of that arithmetic and that output reaches on this machine.
+/// what the products and the copy-out alone cost in this pattern, the floor the row's 2x target is
+/// measured against (docs/performance.md, session 38).
 void BM_floor_vim(benchmark::State& st) {
   const Index L = st.range(0), n = 768 * L * L, N = 16, rows = 16;
   std::unique_ptr<float[]> kept(new float[std::size_t(n)]);

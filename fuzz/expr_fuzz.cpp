@@ -119,49 +119,46 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   // call's arguments are evaluated is unspecified (clang left to right, GCC on x86-64 right to
   // left), and an input found by the clang fuzzer must build the same expression in the replay test
   // that CTest compiles with GCC. Left to right keeps the meaning the saved inputs had under clang.
-  auto next = [&](Index r, Index c, double lo, double hi, double special = std::numeric_limits<double>::quiet_NaN()) {
-    return in.matrix(r, c, lo, hi, special);
-  };
   switch (kind) {
     case 0: {
-      const M lam = next(L, H * N, -3, 0, ninf), B = next(L, N, -2, 2), C = next(L, N, -2, 2);
+      const M lam = in.matrix(L, H * N, -3, 0, ninf), B = in.matrix(L, N, -2, 2), C = in.matrix(L, N, -2, 2);
       check(iattn::semiseparable(lam, B, C, {.heads = H, .head_dim = P}), x);
       break;
     }
     case 1: {
-      const M lam = next(L, H, -3, 0, ninf), B = next(L, N, -2, 2), C = next(L, N, -2, 2);
+      const M lam = in.matrix(L, H, -3, 0, ninf), B = in.matrix(L, N, -2, 2), C = in.matrix(L, N, -2, 2);
       check(iattn::diagonal(d) * iattn::semiseparable(lam, B, C, {.heads = H, .head_dim = P}) * iattn::diagonal(M(d.cwiseAbs())) *
                 iattn::causal_conv(w),
             x);
       break;
     }
     case 2: {
-      const M dt = next(L, H, 0, 2), A = next(H, N, -3, 0), B = next(L, N, -2, 2), C = next(L, N, -2, 2), bonus = next(H, N, -1, 1);
+      const M dt = in.matrix(L, H, 0, 2), A = in.matrix(H, N, -3, 0), B = in.matrix(L, N, -2, 2), C = in.matrix(L, N, -2, 2), bonus = in.matrix(H, N, -1, 1);
       check(iattn::semiseparable(iattn::factored_decay(dt, A), B, C, bonus, {.heads = H, .head_dim = P}), x);
       break;
     }
     case 3: {
-      const M a = next(L, D, -1, 1, 0.0), b = next(L, D, -2, 2);
+      const M a = in.matrix(L, D, -1, 1, 0.0), b = in.matrix(L, D, -2, 2);
       check(iattn::linear_recurrence(a, b) * iattn::causal_conv(w), x);
       break;
     }
     case 4: {
-      const M wd = next(L, D, -3, 0, ninf), k = next(L, D, -30, 30), u = next(1, D, -1, 1);
+      const M wd = in.matrix(L, D, -3, 0, ninf), k = in.matrix(L, D, -30, 30), u = in.matrix(1, D, -1, 1);
       check(iattn::wkv(wd, k, u), x);
       break;
     }
     case 5: {
-      const M a = next(L, D, 0, 1), b = next(L, D, -2, 2);
+      const M a = in.matrix(L, D, 0, 1), b = in.matrix(L, D, -2, 2);
       check(iattn::flip(iattn::linear_recurrence(a, b)) + 2.0 * iattn::diagonal(d), x);
       break;
     }
     case 6: {
-      const M lam = next(L, H, -2, 0), B = next(L, N, 0.1, 2), C = next(L, N, 0.1, 2);
+      const M lam = in.matrix(L, H, -2, 0), B = in.matrix(L, N, 0.1, 2), C = in.matrix(L, N, 0.1, 2);
       check(iattn::row_normalize(iattn::semiseparable(lam, B, C, {.heads = H, .head_dim = P})), x);
       break;
     }
     default: {
-      const M q = next(L, H * N, -3, 3), k = next(L, H * N, -3, 3);
+      const M q = in.matrix(L, H * N, -3, 3), k = in.matrix(L, H * N, -3, 3);
       check(iattn::softmax_attention(q, k, {.heads = H, .head_dim = P}) * iattn::causal_conv(w), x);
       break;
     }
