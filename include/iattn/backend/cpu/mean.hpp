@@ -695,8 +695,7 @@ class mean_core_term {
   // the first factor of J + 1 (no log-decay differenced), so that for every J < I one copy of Vt_J
   // scaled by E(j1 .. i0) serves the products of all the group's rows.
   void row_group(Index I, Index I1, Matrix<T>& outT) {
-    constexpr Index MR = gemm_mr<T>;
-    static_assert(mean_block % MR == 0, "a row block is whole panels");
+    static_assert(mean_block % gemm_mr<T> == 0, "a row block is whole panels");
     const Index i0 = I * mean_block, i1 = std::min(L_, I1 * mean_block), M = ut_.cols();
     buffers& b = local();
     T* acc = sized(b.acc, m_);
@@ -706,34 +705,26 @@ class mean_core_term {
     T* ws = sized(b.ws, mean_block * M);
     auto panels = [&](Index a) { return up + (a - I) * mean_block * m_; };  // block a's packed rows
     auto rows = [&](Index a) { return std::min(L_, (a + 1) * mean_block) - a * mean_block; };
-    for (Index a = I + 1; a < I1; ++a) {
-      std::copy(lam0_.row(a).data(), lam0_.row(a).data() + m_, acc);  // E(j1 .. i0_a) for J = a-1
-      for (Index J = a - 1; J >= I; --J) {
+    // Rows [r0, r0 + nr) (packed at pk, referred to their block's first token, block A's) against
+    // column blocks J = A-1 down to J0, each scaled by E(j1 .. first token of A).
+    auto sweep = [&](Index A, Index J0, const T* pk, Index r0, Index nr) {
+      std::copy(lam0_.row(A).data(), lam0_.row(A).data() + m_, acc);  // E(j1 .. i0_A) for J = A-1
+      for (Index J = A - 1; J >= J0; --J) {
         factor_row(acc, f);
         scale_rows(ws, J, f);
-        product(outT, panels(a), a * mean_block, rows(a), ws, J * mean_block, mean_block, M);
+        product(outT, pk, r0, nr, ws, J * mean_block, mean_block, M);
         combine(acc, blk_.row(J).data());
       }
-    }
+    };
+    for (Index a = I + 1; a < I1; ++a) sweep(a, I, panels(a), a * mean_block, rows(a));
     std::fill(f, f + m_, T(1));
     for (Index a = I + 1; a < I1; ++a) {
       factor_row(lam0_.row(a).data(), acc);
       const T* tail = tail_.row(a - 1).data();
       for (Index i = 0; i < m_; ++i) f[i] *= tail[i] * acc[i];  // E(i0+1 .. i0_a)
-      T* pa = panels(a);
-      for (Index q = 0; q < gemm_padded_rows<T>(rows(a)); q += MR)
-        for (Index i = 0; i < m_; ++i) {
-          T* p = pa + q * m_ + i * MR;
-          for (Index r = 0; r < MR; ++r) p[r] *= f[i];
-        }
+      gemm_scale_packed(panels(a), rows(a), m_, f);
     }
-    std::copy(lam0_.row(I).data(), lam0_.row(I).data() + m_, acc);  // E(j1 .. i0) for J = I-1
-    for (Index J = I - 1; J >= 0; --J) {
-      factor_row(acc, f);
-      scale_rows(ws, J, f);
-      product(outT, up, i0, i1 - i0, ws, J * mean_block, mean_block, M);
-      combine(acc, blk_.row(J).data());
-    }
+    sweep(I, 0, up, i0, i1 - i0);
   }
 
   // acc *= ft (none: unchanged), then returns u . acc, in one pass with four partial sums (the
