@@ -24,7 +24,9 @@ fi
 "$venv/bin/python" -m pip install -q --disable-pip-version-check --no-build-isolation .
 "$venv/bin/python" -c "import iattn; print('iattn', iattn.__version__, 'installed in $venv (SIMD:', iattn._iattn.simd, ')')"
 if [[ "${1:-}" == "--test" ]]; then
-  # the bridge's tests need torch and transformers (pinned; about 3 GB the first time)
+  # the bridge's tests need torch and transformers (pinned; about 3 GB to download the first time,
+  # 5.6 GB installed)
+  bash scripts/check-disk.sh
   "$venv/bin/python" -m pip install -q --disable-pip-version-check -r python/requirements-hf.txt
   # torch pulls in triton; with flash-linear-attention also in the venv (tools/reference), transformers
   # would swap its delta-rule functions for fla's Triton kernels, which fail on the CPU (see

@@ -14,6 +14,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/deps.sh --python
+# Room for torch's wheels and the build trees, checked now rather than found missing 20 minutes in
+bash scripts/check-disk.sh --with-builds
 # The Python stage's venv and pinned packages (torch: about 3 GB to download on a fresh machine) are
 # fetched in the background while stages 1 and 2 compile; stage 3 waits for them.
 mkdir -p build
