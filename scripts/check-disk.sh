@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Fails at once, saying what is needed, when the disk under the repository has too little room for
-# what the calling script is about to write; scripts/test.sh and scripts/python.sh --test run it
-# before they build anything. A full disk otherwise fails the test command only after its C++
+# what the calling script is about to write: scripts/test.sh runs it before it builds anything,
+# scripts/python.sh --test before it installs the bridge's packages. A full disk otherwise fails the test command only after its C++
 # stages (20 minutes in), inside pip's download of torch: CI stop 49 failed that way.
 # Usage: bash scripts/check-disk.sh [--with-builds]
 #   The need: the pinned torch + transformers and their CUDA wheels for .venv unless it has them
 #   already (5.6 GB installed; 8.6 GB at the peak of pip's install, measured: the 3 GB of wheels
 #   it downloads first lie beside what it unpacks); with --with-builds also the
-#   four build trees of scripts/test.sh (0.6 GB); and 0.5 GB to spare.
+#   four build trees of scripts/test.sh (0.5 GB measured, 0.6 GB counted); and 0.5 GB to spare.
 # IATTN_SKIP_DISK_CHECK=1 skips the check (the figures are measured, not guaranteed).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,7 +22,7 @@ if ! { [ -x .venv/bin/python ] && .venv/bin/python -c \
 fi
 if [ "${1:-}" = "--with-builds" ]; then
   need_mb=$((need_mb + 600))
-  what="the build trees (0.6 GB), $what"
+  what="the build trees (0.5 GB), $what"
 fi
 free_mb=$(df -Pm . | awk 'NR == 2 { print $4 }')
 if [ -n "$free_mb" ] && [ "$free_mb" -lt "$need_mb" ]; then
