@@ -15,6 +15,8 @@
 #include <iattn/backend/cpu/stream.hpp>
 #include <iattn/models/all.hpp>
 
+#include "sample_input.hpp"
+
 #include <algorithm>
 #include <cstdint>
 #include <map>
@@ -89,13 +91,7 @@ void BM_peak_store(benchmark::State& st) {
 }
 
 // ---- models ------------------------------------------------------------------------------------
-Mat sample_input(Index L, Index d_model) {
-  std::mt19937 rng(7);
-  std::normal_distribution<float> nd(0.f, 1.f);
-  Mat u(L, d_model);
-  for (Index i = 0; i < u.size(); ++i) u.data()[i] = nd(rng);
-  return u;
-}
+// sample_input (sample_input.hpp): the layers' input.
 
 // One decomposition kept in memory at a time (at L = 16384 the inputs are hundreds of MiB).
 template <class Dec>

@@ -6,64 +6,53 @@
 #include <iattn/models/all.hpp>
 
 #include <chrono>
-#include <cstring>
 #include <memory>
-#include <random>
 #include <stdexcept>
 #include <string>
+
+#include "../sample_input.hpp"
 
 namespace {
 using namespace iattn;
 using namespace iattn::models;
 using Mat = Matrix<float>;
-
-Mat sample_input(Index L, Index d_model) {
-  std::mt19937 rng(7);
-  std::normal_distribution<float> nd(0.f, 1.f);
-  Mat u(L, d_model);
-  for (Index i = 0; i < u.size(); ++i) u.data()[i] = nd(rng);
-  return u;
-}
-
 using clock_type = std::chrono::steady_clock;
-double ms_since(clock_type::time_point t0) {
+
+// The layer of make(L) is built on a case's first call at L and kept; the call timed is eval(layer).
+template <class Make, class Eval>
+double timed(Index L, Make make, Eval eval) {
+  using Layer = decltype(make(Index(1)));
+  static std::unique_ptr<Layer> layer;
+  if (!layer || layer->x.rows() != L) layer = std::make_unique<Layer>(make(L));
+  const auto t0 = clock_type::now();
+  eval(*layer);
   return std::chrono::duration<double, std::milli>(clock_type::now() - t0).count();
 }
 
-// Each case's layer is built on its first call and kept (the timed call is the evaluation only).
+// A channel mean, checked for a NaN (and kept from being optimised away).
+auto mean_of = [](const auto& layer) {
+  Mat m = materialize_mean(layer.H);
+  if (!(m(m.rows() - 1, 0) == m(m.rows() - 1, 0))) throw std::runtime_error("NaN in the channel mean");
+};
+
 double mamba1_mean(Index L) {
   static const auto w = mamba_init<float>({.d_model = 768, .d_state = 16}, 1);
-  static std::unique_ptr<decltype(mamba_decompose(w, sample_input(1, 768)))> d;
-  if (!d || d->x.rows() != L) d = std::make_unique<decltype(mamba_decompose(w, sample_input(1, 768)))>(mamba_decompose(w, sample_input(L, 768)));
-  const auto t0 = clock_type::now();
-  Mat m = materialize_mean(d->H);
-  const double ms = ms_since(t0);
-  if (!(m(L - 1, 0) == m(L - 1, 0))) throw std::runtime_error("mamba1_mean: NaN in the result");
-  return ms;
+  return timed(L, [](Index n) { return mamba_decompose(w, sample_input(n, 768)); }, mean_of);
 }
 
 double mamba2_mean(Index L) {
   static const auto w = mamba2_init<float>({.d_model = 768, .d_state = 128, .headdim = 64}, 2);
-  static std::unique_ptr<decltype(mamba2_decompose(w, sample_input(1, 768)))> d;
-  if (!d || d->x.rows() != L) d = std::make_unique<decltype(mamba2_decompose(w, sample_input(1, 768)))>(mamba2_decompose(w, sample_input(L, 768)));
-  const auto t0 = clock_type::now();
-  Mat m = materialize_mean(d->H);
-  const double ms = ms_since(t0);
-  if (!(m(L - 1, 0) == m(L - 1, 0))) throw std::runtime_error("mamba2_mean: NaN in the result");
-  return ms;
+  return timed(L, [](Index n) { return mamba2_decompose(w, sample_input(n, 768)); }, mean_of);
 }
 
 double vim_all(Index L) {
   static const auto w = vision_mamba_init<float>({.mamba = {.d_model = 384, .d_state = 16}}, 6);
-  static std::unique_ptr<decltype(vision_mamba_decompose(w, sample_input(1, 384)))> d;
-  static std::unique_ptr<Tensor3<float>> out;
-  if (!d || d->x.rows() != L) {
-    d = std::make_unique<decltype(vision_mamba_decompose(w, sample_input(1, 384)))>(vision_mamba_decompose(w, sample_input(L, 384)));
-    out = std::make_unique<Tensor3<float>>(d->x.cols(), L, L, 0.f);  // reused: BM_all_vim_reused
-  }
-  const auto t0 = clock_type::now();
-  materialize_all_into(*out, d->H);
-  return ms_since(t0);
+  static std::unique_ptr<Tensor3<float>> out;  // reused across calls: BM_all_vim_reused
+  return timed(L, [](Index n) { return vision_mamba_decompose(w, sample_input(n, 384)); }, [](const auto& layer) {
+    const Index D = layer.x.cols(), n = layer.x.rows();
+    if (!out || out->dims[0] != D || out->dims[1] != n) out = std::make_unique<Tensor3<float>>(D, n, n, 0.f);
+    materialize_all_into(*out, layer.H);
+  });
 }
 }  // namespace
 
