@@ -72,8 +72,17 @@ echo "building a (${specs[0]}) and b (${specs[1]}) ..." >&2
 pa=$!
 "$cxx" "${flags[@]}" -I"$inc_b" -Diattn=iattn_b -DPAIR_RUN=pair_run_b -c "$here/pair/workload.cpp" -o "$work/b.o" &
 pb=$!
-wait $pa && wait $pb
+built=1
+wait $pa || built=0
+wait $pb || built=0
+[ $built = 1 ] || { echo "pair_ab.sh: a side did not compile (the compiler's messages above)" >&2; exit 1; }
 "$cxx" -O2 -fopenmp "$here/pair/main.cpp" "$work/a.o" "$work/b.o" -o "$work/pair"
-echo "a = ${specs[0]}, b = ${specs[1]}; $(lscpu | sed -n 's/^Model name: *//p'), OMP_NUM_THREADS=${threads:-${OMP_NUM_THREADS:-default}}"
+macros=$("$cxx" "${flags[@]}" -dM -E -x c++ /dev/null)  # the ISA the build used
+case "$macros" in
+  *__AVX512F__*) isa=AVX-512 ;;
+  *__AVX2__*) isa=AVX2 ;;
+  *) isa="neither AVX2 nor AVX-512" ;;
+esac
+echo "a = ${specs[0]}, b = ${specs[1]}; $(lscpu | sed -n 's/^Model name: *//p'), $isa build, OMP_NUM_THREADS=${threads:-${OMP_NUM_THREADS:-default}}"
 if [ -n "$threads" ]; then export OMP_NUM_THREADS=$threads; fi
 "$work/pair" "$name" "$length" "$pairs"
