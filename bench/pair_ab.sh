@@ -42,7 +42,8 @@ case "$name" in
   *) echo "pair_ab.sh: unknown --case '$name' (expected mamba1_mean, mamba2_mean or vim_all)" >&2; exit 2 ;;
 esac
 for v in "length=$length" "pairs=$pairs" ${threads:+"threads=$threads"}; do
-  [[ "${v#*=}" =~ ^[1-9][0-9]*$ ]] || { echo "pair_ab.sh: --${v%%=*} must be a positive integer, got '${v#*=}'" >&2; exit 2; }
+  [[ "${v#*=}" =~ ^[1-9][0-9]*$ ]] ||
+    { echo "pair_ab.sh: --${v%%=*} must be a positive integer, got '${v#*=}'" >&2; exit 2; }
 done
 
 work=$(mktemp -d)
@@ -83,6 +84,7 @@ case "$macros" in
   *__AVX2__*) isa=AVX2 ;;
   *) isa="neither AVX2 nor AVX-512" ;;
 esac
-echo "a = ${specs[0]}, b = ${specs[1]}; $(lscpu | sed -n 's/^Model name: *//p'), $isa build, OMP_NUM_THREADS=${threads:-${OMP_NUM_THREADS:-default}}"
+cpu=$(lscpu | sed -n 's/^Model name: *//p')
+echo "a = ${specs[0]}, b = ${specs[1]}; $cpu, $isa build, OMP_NUM_THREADS=${threads:-${OMP_NUM_THREADS:-default}}"
 if [ -n "$threads" ]; then export OMP_NUM_THREADS=$threads; fi
 "$work/pair" "$name" "$length" "$pairs"

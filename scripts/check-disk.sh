@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Fails at once, saying what is needed, when the disk under the repository has too little room for
 # what the calling script is about to write: scripts/test.sh runs it before it builds anything,
-# scripts/python.sh --test before it installs the bridge's packages. A full disk otherwise fails the test command only after its C++
-# stages (20 minutes in), inside pip's download of torch: CI stop 49 failed that way.
+# scripts/python.sh --test before it installs the bridge's packages. A full disk otherwise fails the
+# test command only after its C++ stages (20 minutes in), inside pip's download of torch: CI stop 49
+# failed that way.
 # Usage: bash scripts/check-disk.sh [--with-builds]
 #   The need: the pinned torch + transformers and their CUDA wheels for .venv unless it has them
 #   already (5.6 GB installed; 8.6 GB at the peak of pip's install, measured: the 3 GB of wheels
