@@ -580,6 +580,128 @@ void BM_floor_vim(benchmark::State& st) {
                                             benchmark::Counter::kIsRate);
 }
 
+/// The rest of every channel's matrix beside BM_floor_vim's products and copy-out, in the layout
+/// that makes it cheapest of those measured (docs/performance.md, session 41): `lanes` channels a
+/// pack, tokens and states as indices, so that nothing is transposed or gathered. Per channel pack
+/// and direction (both of Vision-Mamba-small's: N = 16, a 4-tap convolution): the factors
+/// 2^(dt a) (one exponential per channel, state and token), U = post C, the injection Z by Horner
+/// over the convolution's taps, the K - 1 = 3 band diagonals, the row operands referred forward to
+/// their 16-token block's first token and the column operands backward to its last, the blocks'
+/// decays, and the 16 x 16 diagonal blocks by running products (the state rows in a ring of 32
+/// tokens, the column operands kept for the whole length as the products would need them). The
+/// inputs are random and in range, so the arithmetic is the real one; its results are not checked
+/// here (a standalone copy checked the diagonal blocks against plain double loops: 3e-7). With
+/// BM_floor_vim and BM_store_vim<false> from the same run it bounds what any implementation of the
+/// row's structure needs: the sum of the two floors against twice the store.
+void BM_floor_vim_rest(benchmark::State& st) {
+  constexpr Index N = 16, K = 4, blk = 16, ring = 32, D = 768;
+  static_assert(D % lanes == 0 && (ring & (ring - 1)) == 0 && ring >= blk + K - 1, "ring of whole blocks and lags");
+  const Index L = st.range(0);
+  std::mt19937 rng(41);
+  std::uniform_real_distribution<float> unit(0.01f, 1.f);
+  std::vector<float> dt(std::size_t(L * D)), post(dt.size()), pre(dt.size()), rate(std::size_t(N * D)), B(std::size_t(L * N)),
+      C(B.size()), taps(std::size_t(K * D));
+  for (auto* v : {&dt, &post, &pre, &B, &C, &taps})
+    for (auto& x : *v) x = unit(rng);
+  for (auto& x : rate) x = -4.f * 1.44269504f * unit(rng);  // A log2(e): the factors are 2^(dt rate)
+  auto row = [](std::vector<float>& v, Index t) { return v.data() + t * N * lanes; };
+  auto slot = [](Index t) { return t & (ring - 1); };  // t >= 0
+  for (auto _ : st) {
+    iattn::cpu_detail::parallel_for(2 * D / lanes, [&](Index job) {
+      thread_local std::vector<float> F, Bp, Z, U, Ct, Bt, A, tile, decay;
+      for (auto* v : {&F, &Bp, &Z, &U, &Ct}) v->resize(std::size_t(ring * N * lanes));
+      Bt.resize(std::size_t(L * N * lanes)), A.resize(std::size_t(blk * N * lanes)), tile.resize(std::size_t(blk * blk * lanes));
+      decay.resize(std::size_t(((L + blk - 1) / blk) * N * lanes));
+      const Index c0 = job % (D / lanes) * lanes;  // job / (D / lanes): the direction (same work)
+      for (Index i = (ring - (K - 1)) * N * lanes; i < ring * N * lanes; ++i) F[std::size_t(i)] = 1.f, Bp[std::size_t(i)] = 0.f;
+      const batch k0 = batch::load(&taps[std::size_t(c0)]), k1 = batch::load(&taps[std::size_t(D + c0)]),
+                  k2 = batch::load(&taps[std::size_t(2 * D + c0)]), k3 = batch::load(&taps[std::size_t(3 * D + c0)]);
+      batch run[N], band[K - 1];
+      for (Index b0 = 0; b0 < L; b0 += blk) {
+        const Index b1 = std::min(L, b0 + blk);
+        for (Index u = b0; u < b1; ++u) {
+          const Index at = u * D + c0;
+          const batch d = batch::load(&dt[std::size_t(at)]), p = batch::load(&post[std::size_t(at)]), q = batch::load(&pre[std::size_t(at)]);
+          float *f0 = row(F, slot(u)), *f1 = row(F, slot(u + ring - 1)), *f2 = row(F, slot(u + ring - 2));
+          float *p0 = row(Bp, slot(u)), *p1 = row(Bp, slot(u + ring - 1)), *p2 = row(Bp, slot(u + ring - 2)),
+                *p3 = row(Bp, slot(u + ring - 3));
+          for (Index m = 0; m < N; ++m) exp2(d * batch::load(&rate[std::size_t(m * D + c0)])).store(f0 + m * lanes);
+          for (auto& x : band) x = batch::broadcast(0.f);
+          for (Index m = 0; m < N; ++m) {
+            const Index o = m * lanes;
+            const batch fv = batch::load(f0 + o), bv = q * batch::broadcast(B[std::size_t(u * N + m)]);
+            const batch uv = p * batch::broadcast(C[std::size_t(u * N + m)]);
+            const batch g1 = batch::load(f1 + o), b1v = batch::load(p1 + o), b2v = batch::load(p2 + o);
+            bv.store(p0 + o);
+            uv.store(row(U, slot(u)) + o);
+            batch z = k0 * batch::load(p3 + o);
+            z = fma(z, batch::load(f2 + o), k1 * b2v);
+            z = fma(z, g1, k2 * b1v);
+            fma(z, fv, k3 * bv).store(row(Z, slot(u)) + o);
+            batch e = uv;
+            band[0] = fma(e, bv, band[0]);
+            e = e * fv;
+            band[1] = fma(e, b1v, band[1]);
+            band[2] = fma(e * g1, b2v, band[2]);
+            run[m] = u == b0 ? batch::broadcast(1.f) : run[m] * fv;
+            (uv * run[m]).store(row(Ct, slot(u)) + o);
+          }
+          benchmark::DoNotOptimize(band);
+        }
+        for (auto& x : run) x = batch::broadcast(1.f);
+        for (Index s = b1 - 1; s >= b0; --s)
+          for (Index m = 0; m < N; ++m) {
+            const Index o = m * lanes;
+            (batch::load(row(Z, slot(s)) + o) * run[m]).store(row(Bt, s) + o);
+            run[m] = run[m] * batch::load(row(F, slot(s)) + o);
+          }
+        for (Index m = 0; m < N; ++m) run[m].store(decay.data() + (b0 / blk * N + m) * lanes);
+        // The diagonal block: tile[k][s] = sum_m U[u] E(s+1 .. u) Z[s], A[s] the running products.
+        for (Index u = b0; u < b1; ++u) {
+          const Index k = u - b0;
+          const float *fu = row(F, slot(u)), *uu = row(U, slot(u));
+          std::copy(row(Z, slot(u)), row(Z, slot(u)) + N * lanes, A.data() + k * N * lanes);
+          // Four columns at a time (four independent sums), then the rest one by one; column k is
+          // the one injected at this row (no factor yet).
+          Index s = 0;
+          for (; s + 4 <= k + 1; s += 4) {
+            batch acc[4] = {batch::broadcast(0.f), batch::broadcast(0.f), batch::broadcast(0.f), batch::broadcast(0.f)};
+            for (Index m = 0; m < N; ++m) {
+              const batch fm = batch::load(fu + m * lanes), um = batch::load(uu + m * lanes);
+              for (Index i = 0; i < 4; ++i) {
+                float* a = A.data() + ((s + i) * N + m) * lanes;
+                batch v = batch::load(a);
+                if (s + i < k) {
+                  v = v * fm;
+                  v.store(a);
+                }
+                acc[i] = fma(um, v, acc[i]);
+              }
+            }
+            for (Index i = 0; i < 4; ++i) acc[i].store(tile.data() + (k * blk + s + i) * lanes);
+          }
+          for (; s <= k; ++s) {
+            batch acc = batch::broadcast(0.f);
+            for (Index m = 0; m < N; ++m) {
+              float* a = A.data() + (s * N + m) * lanes;
+              batch v = batch::load(a);
+              if (s < k) {
+                v = v * batch::load(fu + m * lanes);
+                v.store(a);
+              }
+              acc = fma(batch::load(uu + m * lanes), v, acc);
+            }
+            acc.store(tile.data() + (k * blk + s) * lanes);
+          }
+        }
+        benchmark::DoNotOptimize(tile.data());
+      }
+      benchmark::DoNotOptimize(Bt.data());
+    });
+    benchmark::ClobberMemory();
+  }
+}
+
 void lengths(benchmark::internal::Benchmark* b) {
   for (Index L : {256, 1024, 4096, 16384}) b->Arg(L);
   b->Unit(benchmark::kMillisecond)->UseRealTime();
@@ -673,4 +795,5 @@ BENCHMARK_TEMPLATE(BM_store_vim, true)->Arg(197)->Unit(benchmark::kMillisecond)-
 BENCHMARK_TEMPLATE(BM_store_vim, false)->Arg(197)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_store_vim_stream)->Arg(197)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_floor_vim)->Arg(197)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_floor_vim_rest)->Arg(197)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_MAIN();
