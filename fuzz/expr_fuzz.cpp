@@ -5,7 +5,9 @@
 // choose the Transition family (the delta rules and a generic diagonal-plus-low-rank transition, at
 // lengths up to 140: more than two chunks of the tiles and four of apply), whose apply (chunked or
 // recurrent), materialize (chunk summaries by either form) and row/col (transposed scans) are
-// independent paths; the other first bytes keep their kinds (byte % 8).
+// independent paths; first bytes 224-239 Mamba-like terms at lengths up to 200; the other first
+// bytes keep their kinds (byte % 8). Every expression's whole-matrix paths (materialize_all, the
+// channel, abs, range and head means) are checked against its per-channel matrices too.
 #include <iattn/iattn.hpp>
 
 #include <algorithm>
@@ -14,6 +16,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <type_traits>
+#include <vector>
 
 namespace {
 
@@ -39,8 +43,49 @@ struct reader {
   }
 };
 
+/// a and b agree entry by entry within tol (1 + the largest |entry| of b).
+bool close(const M& a, const M& b, double tol) {
+  return a.rows() == b.rows() && a.cols() == b.cols() &&
+         (a.size() == 0 || (a - b).cwiseAbs().maxCoeff() <= tol * (1.0 + b.cwiseAbs().maxCoeff()));
+}
+
+/// The whole-matrix paths against the per-channel matrices ms (materialize(h, c)): every channel at
+/// once, the channel mean and the mean of |H^c|, the mean over a channel range picked by the input
+/// (read after everything else, so older inputs keep their meaning), and every head's mean where
+/// the expression has heads of `P` channels. These paths have structured kernels of their own
+/// (all_channels.hpp, mean.hpp, head_mean.hpp, wkv_mean.hpp, toeplitz_mean.hpp).
 template <class H>
-void check(const H& h, const M& x) {
+void check_whole(const H& h, const std::vector<M>& ms, reader& in, Index P) {
+  const Index D = Index(ms.size()), L = ms[0].rows();
+  const double tol = 1e-9;
+  const iattn::Tensor3<double> all = iattn::materialize_all(h, L);
+  if (all.dims[0] != D || all.dims[1] != L || all.dims[2] != L) std::abort();
+  M mean = M::Zero(L, L), amean = M::Zero(L, L);
+  for (Index c = 0; c < D; ++c) {
+    if (!close(M(all.slice(c)), ms[std::size_t(c)], tol)) std::abort();
+    mean += ms[std::size_t(c)] / double(D);
+    amean += ms[std::size_t(c)].cwiseAbs() / double(D);
+  }
+  if (!close(iattn::materialize_mean(h, L), mean, tol)) std::abort();
+  if (!close(iattn::materialize_mean(h, {.abs = true}, L), amean, tol)) std::abort();
+  const Index c0 = Index(in.byte()) % D, c1 = c0 + 1 + Index(in.byte()) % (D - c0);
+  const bool abs = in.byte() % 2;
+  M part = M::Zero(L, L);
+  for (Index c = c0; c < c1; ++c) part += (abs ? M(ms[std::size_t(c)].cwiseAbs()) : ms[std::size_t(c)]) / double(c1 - c0);
+  if (!close(iattn::materialize_mean(h, {.abs = abs, .channels = iattn::range{c0, c1}}, L), part, tol)) std::abort();
+  if (P <= 0) return;
+  const iattn::Tensor3<double> heads = iattn::materialize_head_means(h, {.abs = abs}, L);
+  if (heads.dims[0] != D / P) std::abort();
+  for (Index g = 0; g < D / P; ++g) {
+    M hm = M::Zero(L, L);
+    for (Index c = g * P; c < (g + 1) * P; ++c) hm += (abs ? M(ms[std::size_t(c)].cwiseAbs()) : ms[std::size_t(c)]) / double(P);
+    if (!close(M(heads.slice(g)), hm, tol)) std::abort();
+  }
+}
+
+/// P: the channels per head of h's heads (0: none), for check_whole's head means.
+template <class H>
+void check(const H& h, const M& x, reader& in, Index P = 0) {
   const Index L = x.rows(), D = x.cols();
   const M y = iattn::apply(h, x);
   if (y.rows() != L || y.cols() != D) std::abort();
@@ -61,6 +106,9 @@ void check(const H& h, const M& x) {
     if (!((r.row(c) - m.row(t)).cwiseAbs().maxCoeff() <= 1e-9 * (1.0 + m.cwiseAbs().maxCoeff()))) std::abort();
     if (!((co.row(c).transpose() - m.col(t)).cwiseAbs().maxCoeff() <= 1e-9 * (1.0 + m.cwiseAbs().maxCoeff()))) std::abort();
   }
+  std::vector<M> ms;
+  for (Index c = 0; c < D; ++c) ms.push_back(iattn::materialize(h, c, L));
+  check_whole(h, ms, in, P);
 }
 
 /// Rows of k scaled to unit norm per (token, head) (zero rows stay zero): the models' L2-normalised
@@ -85,8 +133,8 @@ void transitions(reader& in, int variant) {
   const bool per_key = in.byte() % 2;
   if (variant == 0) {  // Gated DeltaNet (a gate per head) or Kimi (per key), between diagonals and a convolution
     const M beta = in.matrix(L, H, 0, 2), g = in.matrix(L, per_key ? H * N : H, -3, 0, ninf);
-    if (per_key) check(iattn::diagonal(d) * iattn::kimi_delta_rule(q, k, beta, g, o) * iattn::diagonal(M(d.cwiseAbs())) * iattn::causal_conv(w), x);
-    else check(iattn::diagonal(d) * iattn::gated_delta_rule(q, k, beta, g, o) * iattn::diagonal(M(d.cwiseAbs())) * iattn::causal_conv(w), x);
+    if (per_key) check(iattn::diagonal(d) * iattn::kimi_delta_rule(q, k, beta, g, o) * iattn::diagonal(M(d.cwiseAbs())) * iattn::causal_conv(w), x, in, P);
+    else check(iattn::diagonal(d) * iattn::gated_delta_rule(q, k, beta, g, o) * iattn::diagonal(M(d.cwiseAbs())) * iattn::causal_conv(w), x, in, P);
     return;
   }
   // A_t = Diag(e^lambda_t) + sum_r b_r a_r^T, rank 1 to 3, lambda <= -0.05 and |a|, |b| small enough
@@ -96,8 +144,74 @@ void transitions(reader& in, int variant) {
   const M lam = in.matrix(L, per_key ? H * N : H, -2, -0.05, ninf);
   const M a = in.matrix(L, H * R * N, -s, s), b = in.matrix(L, H * R * N, -s, s);
   auto T = iattn::transition(lam, a, b, q, k, o);
-  if (in.byte() % 2) check(iattn::flip(std::move(T)) + iattn::diagonal(d), x);
-  else check(std::move(T) + iattn::diagonal(d), x);
+  if (in.byte() % 2) check(iattn::flip(std::move(T)) + iattn::diagonal(d), x, in, P);
+  else check(std::move(T) + iattn::diagonal(d), x, in, P);
+}
+
+/// The float whole-matrix paths (their own kernels: float packs, AVX2's transposed referrals, the
+/// one-pack diagonal blocks of AVX-512) against hd's per-channel matrices in double: every channel,
+/// the channel mean and the mean of |H^c|, within float rounding of the entries' scale.
+template <class HF, class HD>
+void check_float(const HF& hf, const HD& hd, Index L, Index D) {
+  if (L == 0) return;
+  const double tol = 2e-4;
+  std::vector<M> ms;
+  for (Index c = 0; c < D; ++c) ms.push_back(iattn::materialize(hd, c, L));
+  const iattn::Tensor3<float> all = iattn::materialize_all(hf, L);
+  M mean = M::Zero(L, L), amean = M::Zero(L, L);
+  for (Index c = 0; c < D; ++c) {
+    if (!close(iattn::Matrix<float>(all.slice(c)).cast<double>(), ms[std::size_t(c)], tol)) std::abort();
+    mean += ms[std::size_t(c)] / double(D);
+    amean += ms[std::size_t(c)].cwiseAbs() / double(D);
+  }
+  if (!close(iattn::Matrix<float>(iattn::materialize_mean(hf, L)).cast<double>(), mean, tol)) std::abort();
+  if (!close(iattn::Matrix<float>(iattn::materialize_mean(hf, {.abs = true}, L)).cast<double>(), amean, tol)) std::abort();
+}
+
+/// First bytes 224-239: Mamba-like terms at lengths up to 200, so that the whole-matrix paths run
+/// past one block of their own (the channel mean's 64-token blocks and row groups, every channel's
+/// 16-row panels, several of them flipped): diag * S * diag * conv with a factored decay (Mamba-1),
+/// its sum with a flipped twin (Vision Mamba), or one decay per head (Mamba-2) or per state; in
+/// double (check) and in float (check_float).
+void long_cores(reader& in, int variant) {
+  const Index L = in.pick(0, 200), H = in.pick(1, 2), P = in.pick(1, 2), N = in.pick(1, 8), K = in.pick(1, 5);
+  const Index D = H * P;
+  const double ninf = -std::numeric_limits<double>::infinity();
+  const iattn::semiseparable_options o{.heads = H, .head_dim = P};
+  const M x = in.matrix(L, D, -2, 2);
+  const M post = in.matrix(L, D, -2, 2, 0.0), pre = in.matrix(L, D, 0, 2), w = in.matrix(K, D, -1, 1);
+  // Two terms' B, C and decays (the second one used by the sum only): one per head (variant 2), one
+  // per state (3), or factored dt A (0 and 1).
+  struct core {
+    M B, C, lam, dt, A;
+  };
+  core k[2];
+  for (auto& t : k) {
+    t.B = in.matrix(L, N, -2, 2);
+    t.C = in.matrix(L, N, -2, 2);
+    if (variant == 2) t.lam = in.matrix(L, H, -1, 0, ninf);
+    else if (variant == 3) t.lam = in.matrix(L, H * N, -1, 0, ninf);
+    else {
+      t.dt = in.matrix(L, H, 0, 1);
+      t.A = in.matrix(H, N, -2, 0);
+    }
+  }
+  auto term = [&]<class T>(const core& t, std::type_identity<T>) {
+    auto S = variant >= 2 ? iattn::semiseparable(M(t.lam).cast<T>().eval(), t.B.cast<T>().eval(), t.C.cast<T>().eval(), o)
+                          : iattn::semiseparable(iattn::factored_decay(t.dt.cast<T>().eval(), t.A.cast<T>().eval()),
+                                                 t.B.cast<T>().eval(), t.C.cast<T>().eval(), o);
+    return iattn::diagonal(post.cast<T>().eval()) * std::move(S) * iattn::diagonal(pre.cast<T>().eval()) *
+           iattn::causal_conv(w.cast<T>().eval());
+  };
+  auto run = [&](auto build) {
+    const auto hd = build(std::type_identity<double>{});
+    check(hd, x, in, P);
+    check_float(build(std::type_identity<float>{}), hd, L, D);
+  };
+  if (variant == 1)
+    run([&](auto ty) { return 0.5 * (term(k[0], ty) + iattn::flip(term(k[1], ty))); });
+  else
+    run([&](auto ty) { return term(k[0], ty); });
 }
 
 }  // namespace
@@ -107,6 +221,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const std::uint8_t first = in.byte();
   if (first >= 240) {
     transitions(in, first % 2);
+    return 0;
+  }
+  if (first >= 224) {
+    long_cores(in, first % 4);
     return 0;
   }
   const int kind = first % 8;
@@ -122,44 +240,44 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   switch (kind) {
     case 0: {
       const M lam = in.matrix(L, H * N, -3, 0, ninf), B = in.matrix(L, N, -2, 2), C = in.matrix(L, N, -2, 2);
-      check(iattn::semiseparable(lam, B, C, {.heads = H, .head_dim = P}), x);
+      check(iattn::semiseparable(lam, B, C, {.heads = H, .head_dim = P}), x, in, P);
       break;
     }
     case 1: {
       const M lam = in.matrix(L, H, -3, 0, ninf), B = in.matrix(L, N, -2, 2), C = in.matrix(L, N, -2, 2);
       check(iattn::diagonal(d) * iattn::semiseparable(lam, B, C, {.heads = H, .head_dim = P}) * iattn::diagonal(M(d.cwiseAbs())) *
                 iattn::causal_conv(w),
-            x);
+            x, in, P);
       break;
     }
     case 2: {
       const M dt = in.matrix(L, H, 0, 2), A = in.matrix(H, N, -3, 0), B = in.matrix(L, N, -2, 2), C = in.matrix(L, N, -2, 2), bonus = in.matrix(H, N, -1, 1);
-      check(iattn::semiseparable(iattn::factored_decay(dt, A), B, C, bonus, {.heads = H, .head_dim = P}), x);
+      check(iattn::semiseparable(iattn::factored_decay(dt, A), B, C, bonus, {.heads = H, .head_dim = P}), x, in, P);
       break;
     }
     case 3: {
       const M a = in.matrix(L, D, -1, 1, 0.0), b = in.matrix(L, D, -2, 2);
-      check(iattn::linear_recurrence(a, b) * iattn::causal_conv(w), x);
+      check(iattn::linear_recurrence(a, b) * iattn::causal_conv(w), x, in);
       break;
     }
     case 4: {
       const M wd = in.matrix(L, D, -3, 0, ninf), k = in.matrix(L, D, -30, 30), u = in.matrix(1, D, -1, 1);
-      check(iattn::wkv(wd, k, u), x);
+      check(iattn::wkv(wd, k, u), x, in);
       break;
     }
     case 5: {
       const M a = in.matrix(L, D, 0, 1), b = in.matrix(L, D, -2, 2);
-      check(iattn::flip(iattn::linear_recurrence(a, b)) + 2.0 * iattn::diagonal(d), x);
+      check(iattn::flip(iattn::linear_recurrence(a, b)) + 2.0 * iattn::diagonal(d), x, in);
       break;
     }
     case 6: {
       const M lam = in.matrix(L, H, -2, 0), B = in.matrix(L, N, 0.1, 2), C = in.matrix(L, N, 0.1, 2);
-      check(iattn::row_normalize(iattn::semiseparable(lam, B, C, {.heads = H, .head_dim = P})), x);
+      check(iattn::row_normalize(iattn::semiseparable(lam, B, C, {.heads = H, .head_dim = P})), x, in, P);
       break;
     }
     default: {
       const M q = in.matrix(L, H * N, -3, 3), k = in.matrix(L, H * N, -3, 3);
-      check(iattn::softmax_attention(q, k, {.heads = H, .head_dim = P}) * iattn::causal_conv(w), x);
+      check(iattn::softmax_attention(q, k, {.heads = H, .head_dim = P}) * iattn::causal_conv(w), x, in, P);
       break;
     }
   }
