@@ -53,7 +53,7 @@ bool close(const M& a, const M& b, double tol) {
 /// once, the channel mean and the mean of |H^c|, the mean over a channel range picked by the input
 /// (read after everything else, so older inputs keep their meaning), and every head's mean where
 /// the expression has heads of `P` channels. These paths have structured kernels of their own
-/// (all_channels.hpp, mean.hpp, head_mean.hpp, wkv_mean.hpp, toeplitz_mean.hpp).
+/// (all_channels.hpp, mean.hpp, head_mean.hpp, wkv_mean.hpp).
 template <class H>
 void check_whole(const H& h, const std::vector<M>& ms, reader& in, Index P) {
   const Index D = Index(ms.size()), L = ms[0].rows();
@@ -83,32 +83,34 @@ void check_whole(const H& h, const std::vector<M>& ms, reader& in, Index P) {
   }
 }
 
-/// P: the channels per head of h's heads (0: none), for check_whole's head means.
+/// P: the channels per head of h's heads (0: none), for check_whole's head means. Returns the
+/// per-channel matrices (none when L = 0).
 template <class H>
-void check(const H& h, const M& x, reader& in, Index P = 0) {
+std::vector<M> check(const H& h, const M& x, reader& in, Index P = 0) {
   const Index L = x.rows(), D = x.cols();
   const M y = iattn::apply(h, x);
   if (y.rows() != L || y.cols() != D) std::abort();
   if (L == 0) {
     if (iattn::materialize(h, 0, 0).size() != 0) std::abort();
-    return;
+    return {};
   }
+  std::vector<M> ms;
+  for (Index c = 0; c < D; ++c) ms.push_back(iattn::materialize(h, c, L));
   const double scale = 1.0 + y.cwiseAbs().maxCoeff() + x.cwiseAbs().maxCoeff();
   for (Index c = 0; c < D; ++c) {
-    const M m = iattn::materialize(h, c, L);
+    const M& m = ms[std::size_t(c)];
     const M yc = m * x.col(c);
     if (!((yc - y.col(c)).cwiseAbs().maxCoeff() <= 1e-8 * scale * (1.0 + m.cwiseAbs().maxCoeff()))) std::abort();
   }
   const Index t = L / 2;
   const M r = iattn::row(h, t, L), co = iattn::col(h, t, L);
   for (Index c = 0; c < D; ++c) {
-    const M m = iattn::materialize(h, c, L);
+    const M& m = ms[std::size_t(c)];
     if (!((r.row(c) - m.row(t)).cwiseAbs().maxCoeff() <= 1e-9 * (1.0 + m.cwiseAbs().maxCoeff()))) std::abort();
     if (!((co.row(c).transpose() - m.col(t)).cwiseAbs().maxCoeff() <= 1e-9 * (1.0 + m.cwiseAbs().maxCoeff()))) std::abort();
   }
-  std::vector<M> ms;
-  for (Index c = 0; c < D; ++c) ms.push_back(iattn::materialize(h, c, L));
   check_whole(h, ms, in, P);
+  return ms;
 }
 
 /// Rows of k scaled to unit norm per (token, head) (zero rows stay zero): the models' L2-normalised
@@ -149,14 +151,14 @@ void transitions(reader& in, int variant) {
 }
 
 /// The float whole-matrix paths (their own kernels: float packs, AVX2's transposed referrals, the
-/// one-pack diagonal blocks of AVX-512) against hd's per-channel matrices in double: every channel,
-/// the channel mean and the mean of |H^c|, within float rounding of the entries' scale.
-template <class HF, class HD>
-void check_float(const HF& hf, const HD& hd, Index L, Index D) {
-  if (L == 0) return;
+/// one-pack diagonal blocks of AVX-512) against the per-channel matrices ms of the same expression in
+/// double: every channel, the channel mean and the mean of |H^c|, within float rounding of the
+/// entries' scale.
+template <class HF>
+void check_float(const HF& hf, const std::vector<M>& ms) {
+  if (ms.empty()) return;  // L = 0
+  const Index D = Index(ms.size()), L = ms[0].rows();
   const double tol = 2e-4;
-  std::vector<M> ms;
-  for (Index c = 0; c < D; ++c) ms.push_back(iattn::materialize(hd, c, L));
   const iattn::Tensor3<float> all = iattn::materialize_all(hf, L);
   M mean = M::Zero(L, L), amean = M::Zero(L, L);
   for (Index c = 0; c < D; ++c) {
@@ -197,16 +199,15 @@ void long_cores(reader& in, int variant) {
     }
   }
   auto term = [&]<class T>(const core& t, std::type_identity<T>) {
-    auto S = variant >= 2 ? iattn::semiseparable(M(t.lam).cast<T>().eval(), t.B.cast<T>().eval(), t.C.cast<T>().eval(), o)
+    auto S = variant >= 2 ? iattn::semiseparable(t.lam.cast<T>().eval(), t.B.cast<T>().eval(), t.C.cast<T>().eval(), o)
                           : iattn::semiseparable(iattn::factored_decay(t.dt.cast<T>().eval(), t.A.cast<T>().eval()),
                                                  t.B.cast<T>().eval(), t.C.cast<T>().eval(), o);
     return iattn::diagonal(post.cast<T>().eval()) * std::move(S) * iattn::diagonal(pre.cast<T>().eval()) *
            iattn::causal_conv(w.cast<T>().eval());
   };
   auto run = [&](auto build) {
-    const auto hd = build(std::type_identity<double>{});
-    check(hd, x, in, P);
-    check_float(build(std::type_identity<float>{}), hd, L, D);
+    const std::vector<M> ms = check(build(std::type_identity<double>{}), x, in, P);
+    check_float(build(std::type_identity<float>{}), ms);
   };
   if (variant == 1)
     run([&](auto ty) { return 0.5 * (term(k[0], ty) + iattn::flip(term(k[1], ty))); });
