@@ -590,9 +590,10 @@ void BM_floor_vim(benchmark::State& st) {
 /// decays, and the 16 x 16 diagonal blocks by running products (the state rows in a ring of 32
 /// tokens, the column operands kept for the whole length as the products would need them). The
 /// inputs are random and in range, so the arithmetic is the real one; its results are not checked
-/// here (a standalone copy checked the diagonal blocks against plain double loops: 3e-7). With
-/// BM_floor_vim and BM_store_vim<false> from the same run it bounds what any implementation of the
-/// row's structure needs: the sum of the two floors against twice the store.
+/// here (a standalone copy checked the diagonal blocks against plain double loops: 3e-7). It is
+/// the lowest cost found for this work, not a proven bound. With BM_floor_vim and
+/// BM_store_vim<false> from the same run it shows how much of the row's budget (twice the store)
+/// the work's arithmetic leaves: the two floors one after the other, or overlapped at best.
 void BM_floor_vim_rest(benchmark::State& st) {
   constexpr Index N = 16, K = 4, blk = 16, ring = 32, D = 768;
   static_assert(D % lanes == 0 && (ring & (ring - 1)) == 0 && ring >= blk + K - 1, "ring of whole blocks and lags");
