@@ -49,6 +49,13 @@ bool close(const M& a, const M& b, double tol) {
          (a.size() == 0 || (a - b).cwiseAbs().maxCoeff() <= tol * (1.0 + b.cwiseAbs().maxCoeff()));
 }
 
+/// The mean over channels [c0, c1) of the per-channel matrices ms, or of their absolute values.
+M mean_of(const std::vector<M>& ms, Index c0, Index c1, bool abs) {
+  M m = M::Zero(ms[0].rows(), ms[0].cols());
+  for (Index c = c0; c < c1; ++c) m += (abs ? M(ms[std::size_t(c)].cwiseAbs()) : ms[std::size_t(c)]) / double(c1 - c0);
+  return m;
+}
+
 /// The whole-matrix paths against the per-channel matrices ms (materialize(h, c)): every channel at
 /// once, the channel mean and the mean of |H^c|, the mean over a channel range picked by the input
 /// (read after everything else, so older inputs keep their meaning), and every head's mean where
@@ -60,27 +67,19 @@ void check_whole(const H& h, const std::vector<M>& ms, reader& in, Index P) {
   const double tol = 1e-9;
   const iattn::Tensor3<double> all = iattn::materialize_all(h, L);
   if (all.dims[0] != D || all.dims[1] != L || all.dims[2] != L) std::abort();
-  M mean = M::Zero(L, L), amean = M::Zero(L, L);
-  for (Index c = 0; c < D; ++c) {
+  for (Index c = 0; c < D; ++c)
     if (!close(M(all.slice(c)), ms[std::size_t(c)], tol)) std::abort();
-    mean += ms[std::size_t(c)] / double(D);
-    amean += ms[std::size_t(c)].cwiseAbs() / double(D);
-  }
-  if (!close(iattn::materialize_mean(h, L), mean, tol)) std::abort();
-  if (!close(iattn::materialize_mean(h, {.abs = true}, L), amean, tol)) std::abort();
+  if (!close(iattn::materialize_mean(h, L), mean_of(ms, 0, D, false), tol)) std::abort();
+  if (!close(iattn::materialize_mean(h, {.abs = true}, L), mean_of(ms, 0, D, true), tol)) std::abort();
   const Index c0 = Index(in.byte()) % D, c1 = c0 + 1 + Index(in.byte()) % (D - c0);
   const bool abs = in.byte() % 2;
-  M part = M::Zero(L, L);
-  for (Index c = c0; c < c1; ++c) part += (abs ? M(ms[std::size_t(c)].cwiseAbs()) : ms[std::size_t(c)]) / double(c1 - c0);
-  if (!close(iattn::materialize_mean(h, {.abs = abs, .channels = iattn::range{c0, c1}}, L), part, tol)) std::abort();
+  if (!close(iattn::materialize_mean(h, {.abs = abs, .channels = iattn::range{c0, c1}}, L), mean_of(ms, c0, c1, abs), tol))
+    std::abort();
   if (P <= 0) return;
   const iattn::Tensor3<double> heads = iattn::materialize_head_means(h, {.abs = abs}, L);
   if (heads.dims[0] != D / P) std::abort();
-  for (Index g = 0; g < D / P; ++g) {
-    M hm = M::Zero(L, L);
-    for (Index c = g * P; c < (g + 1) * P; ++c) hm += (abs ? M(ms[std::size_t(c)].cwiseAbs()) : ms[std::size_t(c)]) / double(P);
-    if (!close(M(heads.slice(g)), hm, tol)) std::abort();
-  }
+  for (Index g = 0; g < D / P; ++g)
+    if (!close(M(heads.slice(g)), mean_of(ms, g * P, (g + 1) * P, abs), tol)) std::abort();
 }
 
 /// P: the channels per head of h's heads (0: none), for check_whole's head means. Returns the
@@ -160,14 +159,12 @@ void check_float(const HF& hf, const std::vector<M>& ms) {
   const Index D = Index(ms.size()), L = ms[0].rows();
   const double tol = 2e-4;
   const iattn::Tensor3<float> all = iattn::materialize_all(hf, L);
-  M mean = M::Zero(L, L), amean = M::Zero(L, L);
-  for (Index c = 0; c < D; ++c) {
+  for (Index c = 0; c < D; ++c)
     if (!close(iattn::Matrix<float>(all.slice(c)).cast<double>(), ms[std::size_t(c)], tol)) std::abort();
-    mean += ms[std::size_t(c)] / double(D);
-    amean += ms[std::size_t(c)].cwiseAbs() / double(D);
-  }
-  if (!close(iattn::Matrix<float>(iattn::materialize_mean(hf, L)).cast<double>(), mean, tol)) std::abort();
-  if (!close(iattn::Matrix<float>(iattn::materialize_mean(hf, {.abs = true}, L)).cast<double>(), amean, tol)) std::abort();
+  if (!close(iattn::Matrix<float>(iattn::materialize_mean(hf, L)).cast<double>(), mean_of(ms, 0, D, false), tol))
+    std::abort();
+  if (!close(iattn::Matrix<float>(iattn::materialize_mean(hf, {.abs = true}, L)).cast<double>(), mean_of(ms, 0, D, true), tol))
+    std::abort();
 }
 
 /// First bytes 224-239: Mamba-like terms at lengths up to 200, so that the whole-matrix paths run
