@@ -42,6 +42,15 @@ inline MatD dense_conv(const MatD& w, Index c, Index L) {
       if (t - s < K) M(t, s) = w(K - 1 - (t - s), c);
   return M;
 }
+/// flip(M) = J M J (J the exchange matrix): entry (t, s) is M(L-1-t, L-1-s). Plain loops rather than
+/// two dense products with J (2 L^3 multiplications, most of algebra_test's time under the sanitizers).
+inline MatD dense_flip(const MatD& M) {
+  const Index L = M.rows();
+  MatD F(L, L);
+  for (Index t = 0; t < L; ++t)
+    for (Index s = 0; s < L; ++s) F(t, s) = M(L - 1 - t, L - 1 - s);
+  return F;
+}
 inline MatD dense_linear_recurrence(const MatD& a, const MatD& b, Index c) {
   const Index L = a.rows();
   MatD M = MatD::Zero(L, L);
