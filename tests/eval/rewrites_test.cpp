@@ -24,9 +24,9 @@ MatD times_band(const MatD& X, const MatD& M, Index K) {  // X M
     const double* x = X.data() + r * X.cols();
     double* y = Y.data() + r * n;
     for (Index s = 0; s < n; ++s)
-      for (Index t = s; t < std::min<Index>(M.rows(), s + K); ++t) {
-        const double m = band[std::size_t(s * K + t - s)];
-        if (m != 0.0) y[s] += x[t] * m;
+      for (Index j = 0; j < K; ++j) {  // band entries past M's last row are 0: x is not read there
+        const double m = band[std::size_t(s * K + j)];
+        if (m != 0.0) y[s] += x[s + j] * m;
       }
   }
   return Y;
