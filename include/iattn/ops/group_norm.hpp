@@ -122,8 +122,9 @@ class GroupNorm : public op_base {
   /// evaluators read it as they read a Diagonal's coefficient).
   const Matrix<T>& scale() const { return *scale_; }
 
-  /// Diagonal entry for token t and channel c of a bound norm over D channels.
-  IATTN_HOST_DEVICE T value(Index t, Index c, Index D) const {
+  /// Diagonal entry for token t and channel c of a bound norm over D channels (host only: the
+  /// statistics live in host memory; the CUDA backend forms the diagonal on the device, band.hpp).
+  T value(Index t, Index c, Index D) const {
     return weight_at(c) * stats_->inv_sigma(t, c / (D / groups_));
   }
 

@@ -799,7 +799,9 @@ class all_channels {
       const Index k = Fl ? i1 - 1 - u : u - i0;
       const P kk = P::broadcast(T(k));
       P o = zero;
+#if !defined(__CUDACC__)  // nvcc's front end does not know the pragma (this is host code there)
 #pragma GCC unroll 8
+#endif
       for (Index j = 0; j < diag_states; ++j)
         if (Full || j < nq) {
           const P v0 = v[j] * P::broadcast(f[j * lr + u]);
