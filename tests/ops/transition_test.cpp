@@ -117,10 +117,14 @@ MatD dense_head(const params<T>& p, Index h) {
   std::vector<MatD> A;
   for (Index t = 0; t < L; ++t) A.push_back(dense_A(p, t, h));
   MatD M = MatD::Zero(L, L);
+  Eigen::VectorXd w(p.N);  // A_t v, formed without a temporary (an allocation per entry under ASan)
   for (Index s = 0; s < L; ++s) {
     Eigen::VectorXd v = dense_key(p, s, h);
     for (Index t = s; t < L; ++t) {
-      if (t > s) v = A[std::size_t(t)] * v;
+      if (t > s) {
+        w.noalias() = A[std::size_t(t)] * v;
+        v.swap(w);
+      }
       double acc = 0;
       for (Index m = 0; m < p.N; ++m) acc += double(p.q(t, h * p.N + m)) * v(m);
       M(t, s) = acc;
