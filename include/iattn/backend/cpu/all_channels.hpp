@@ -761,22 +761,22 @@ class all_channels {
       for (Index gi = 0; gi < G; ++gi) o[gi] = zero;
       for (Index gi = ga; gi < gb; ++gi) {
         T* ag = acc + gi * W;
-        P og = zero;
-        if (gi == gk) {
-          for (Index q = 0; q < N; ++q) {
-            const P v0 = P::load(ag + q * G * W) * P::broadcast(f[q * lr]), zq = P::broadcast(z[q * lr]);
-            const P v = inject(fl, lane[gi], kk, zq, v0);
+        // Four partial sums over the states: one chain of N multiply-adds per row was the block's
+        // bound (its latency, not the core's throughput).
+        auto states = [&](auto injects) {
+          P og[4] = {zero, zero, zero, zero};
+          auto step = [&](Index q, P& s) {
+            P v = P::load(ag + q * G * W) * P::broadcast(f[q * lr]);
+            if constexpr (decltype(injects)::value) v = inject(fl, lane[gi], kk, P::broadcast(z[q * lr]), v);
             v.store(ag + q * G * W);
-            og = fma(P::broadcast(Uu[q * lr]), v, og);
-          }
-        } else {
-          for (Index q = 0; q < N; ++q) {
-            const P v = P::load(ag + q * G * W) * P::broadcast(f[q * lr]);
-            v.store(ag + q * G * W);
-            og = fma(P::broadcast(Uu[q * lr]), v, og);
-          }
-        }
-        o[gi] = og;
+            s = fma(P::broadcast(Uu[q * lr]), v, s);
+          };
+          Index q = 0;
+          for (; q + 4 <= N; q += 4) step(q, og[0]), step(q + 1, og[1]), step(q + 2, og[2]), step(q + 3, og[3]);
+          for (; q < N; ++q) step(q, og[0]);
+          return (og[0] + og[1]) + (og[2] + og[3]);
+        };
+        o[gi] = gi == gk ? states(std::true_type{}) : states(std::false_type{});
       }
       T* row = panel + (fl ? i1 - 1 - u : u - i0) * L_;
       for (Index gi = ga; gi < gb; ++gi) add_lanes(row, col0 + gi * W, o[gi]);
