@@ -154,7 +154,7 @@ class all_channels {
   };
   struct scratch {
     std::vector<tables> tab;
-    std::vector<T> panel, wp, acc, e, lam, cum, post, pre, gat, taps;
+    std::vector<T> panel, panel2, wp, acc, e, lam, cum, post, pre, gat, taps;
   };
   /// Per term, (D, L): w * post, pre and a factored decay's dt, channel-major.
   struct gathered {
@@ -268,14 +268,44 @@ class all_channels {
     for (std::size_t k = 0; k < terms_.size(); ++k)
       if (terms_[k].term.S) prepare(terms_[k], c, k, g, s.tab[k], s);
     // Rows [r0, r1) of the output, laid out as there (stride L), formed in the cache and copied
-    // out at once: their panel_rows * L values are contiguous in out.
-    T* panel = sized_aligned(s.panel, panel_rows * L_ + W);  // + W: fill_packs may reach past the last row
+    // out: their panel_rows * L values are contiguous in out. Two panels in turn: the previous
+    // panel is copied out in parts between the stages of the next one (after its middle fill,
+    // after each term, after its side fills), so that the streaming stores drain while the next
+    // panel computes instead of stalling the stores right after one burst.
+    const Index cap = panel_rows * L_ + W;  // + W: fill_packs may reach past the last row
+    T* panels[2] = {sized_aligned(s.panel, cap), sized_aligned(s.panel2, cap)};
+    const Index parts = Index(terms_.size()) + 2;
+    const T* from = nullptr;  // the panel being copied out to `to`, n values, parts [0, done) copied
+    T* to = nullptr;
+    Index n = 0, done = parts;
+    // Copies the pending panel up to part k's end (k = parts - 1: all of it). Part edges are whole
+    // cache lines of the output, so no line is split between two copies.
+    auto copy_out = [&](Index k) {
+      constexpr Index line = 64 / Index(sizeof(T));  // values per cache line
+      auto edge = [&](Index j) {
+        if (j <= 0) return Index(0);
+        if (j >= parts) return n;
+        const Index at = n * j / parts;
+        const Index lead = Index((reinterpret_cast<std::uintptr_t>(to + at) % 64) / sizeof(T));
+        return std::min(n, lead ? at + (line - lead) : at);
+      };
+      for (; done <= k && done < parts; ++done) {
+        const Index a = edge(done), b = edge(done + 1);
+        if (b <= a) continue;
+        if (stream_)
+          stream_copy(to + a, from + a, b - a);
+        else
+          std::copy(from + a, from + b, to + a);
+      }
+    };
     for (Index p = 0; p < np_; ++p) {
+      T* panel = panels[p & 1];
       const Index r0 = p * panel_rows, r1 = std::min(L_, r0 + panel_rows);
       const Index m0 = std::max<Index>(0, r0 - off_), m1 = std::min(L_, r1 + off_);  // the middle columns
       // Zeros past m1 (into the next row) are harmless: the columns outside the middle are written
       // or zero-filled below, after these.
       for (Index t = r0; t < r1; ++t) fill_packs(panel + (t - r0) * L_ + m0, m1 - m0, T(0));
+      copy_out(0);
       bool left = false, right = false;  // whether [0, m0) and [m1, L) of rows [r0, r1) are written
       for (std::size_t k = 0; k < terms_.size(); ++k) {
         const all_term<T>& a = terms_[k];
@@ -283,17 +313,17 @@ class all_channels {
           core_rows(a, s.tab[k], p, m0, m1, panel, a.flipped ? right : left, s);
         else
           band_rows(a, c, g.post[k].data() + c * L_, r0, r1, panel, s);
+        copy_out(Index(k) + 1);
       }
       for (Index t = r0; t < r1; ++t) {
         T* row = panel + (t - r0) * L_;
         if (!left) std::fill(row, row + m0, T(0));
         if (!right) std::fill(row + m1, row + L_, T(0));
       }
-      if (stream_)
-        stream_copy(out + r0 * L_, panel, (r1 - r0) * L_);
-      else
-        std::copy(panel, panel + (r1 - r0) * L_, out + r0 * L_);
+      copy_out(parts - 1);
+      from = panel, to = out + r0 * L_, n = (r1 - r0) * L_, done = 0;
     }
+    copy_out(parts - 1);
     if (stream_) stream_fence();
   }
 
