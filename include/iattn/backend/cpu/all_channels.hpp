@@ -6,8 +6,8 @@
 // The tile path (evaluate.hpp) walks each channel's expression tree per 64 x 64 tile: a product
 // with the convolution widens its tiles and sums them, every tile is zeroed before it is filled,
 // and each node keeps its own temporaries. Here each channel's matrix is formed row panel by row
-// panel (panel_rows tokens) in one buffer laid out as the output (panel_rows * L values: in the
-// cache for moderate L), then copied out at once.
+// panel (panel_rows tokens) in a buffer laid out as the output (panel_rows * L values: in the
+// cache for moderate L), then copied out while the next panel is formed in a second buffer.
 //
 // One term with a core, channel c (head h, group g), in the term's own token order u:
 //   U[u]   = w post[u] C[u]                                              (L, N)
@@ -278,8 +278,8 @@ class all_channels {
     const T* from = nullptr;  // the panel being copied out to `to`, n values, parts [0, done) copied
     T* to = nullptr;
     Index n = 0, done = parts;
-    // Copies the pending panel up to part k's end (k = parts - 1: all of it). Part edges are whole
-    // cache lines of the output, so no line is split between two copies.
+    // Copies the pending panel up to part k's end (k = parts - 1: all of it). The edges between
+    // parts fall on cache lines of the output, so no line is split between two copies.
     auto copy_out = [&](Index k) {
       constexpr Index line = 64 / Index(sizeof(T));  // values per cache line
       auto edge = [&](Index j) {
