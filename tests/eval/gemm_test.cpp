@@ -39,9 +39,11 @@ TEST_CASE("gemm: every micro-tile tail and inner length", "[gemm]") {
   constexpr Index W = iattn::simd::width<float>;  // a panel of one pack of rows takes the half kernel
   for (Index m : {Index(1), W, gemm_mr<float> - 1, gemm_mr<float>, gemm_mr<float> + 1, gemm_mr<float> + W, Index(33),
                   Index(64)})
-    // n past the last whole strip of gemm_nr: 7 .. 11 rows go as two strips of 4 .. 6 (8, 11, and
-    // 13 = 6 + 4 + 3, 64 = 9 * 6 + 5 + 5)
-    for (Index n : {Index(1), gemm_nr - 1, gemm_nr, gemm_nr + 1, gemm_nr + 2, 2 * gemm_nr - 1, Index(13), Index(64)})
+    // n rows of B in strips of widths as equal as can be, at most gemm_nr (gemm_nr1 = 8 against a
+    // panel of one pack): 7 = 4 + 3 (one strip of 7 for one pack), 13 = 5 + 4 + 4, 15 = 8 + 7 and
+    // 16 = 8 + 8 for one pack, 32 = 6 + 6 + 5 + 5 + 5 + 5, 64 = 9 * 6 + 5 + 5
+    for (Index n : {Index(1), gemm_nr - 1, gemm_nr, gemm_nr + 1, gemm_nr + 2, 2 * gemm_nr - 1, Index(13), Index(15),
+                    Index(16), Index(17), Index(32), Index(64)})
       for (Index k : {Index(0), Index(1), Index(7), Index(8), Index(9), Index(64), Index(257)}) {
         check_gemm<float>(m, n, k);
         check_gemm<double>(m, n, k);

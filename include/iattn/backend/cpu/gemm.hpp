@@ -7,11 +7,11 @@
 //
 // A is packed once, k-major, in panels of gemm_mr = 2 packs of rows; B is read in place, one
 // element of each of gemm_nr rows broadcast per step; a micro-tile keeps gemm_mr x gemm_nr sums in
-// 2 gemm_nr = 12 pack registers (one pack load per 6 multiply-adds, and nothing of B needs
-// packing, so a caller that rescales B's columns per product writes the scaled rows once and the
-// kernel reads them). A micro-tile's packs run along A's rows, i.e. along C's rows, so they are
-// added to C in place. The scaling of B and the packing of A are the callers' O((m + n) k) work
-// per O(m n k) of products.
+// 2 gemm_nr = 12 pack registers (a last panel of one pack: gemm_nr1 = 8 sums), one pack load per 6
+// multiply-adds, and nothing of B needs packing, so a caller that rescales B's columns per product
+// writes the scaled rows once and the kernel reads them. A micro-tile's packs run along A's rows,
+// i.e. along C's rows, so they are added to C in place. The scaling of B and the packing of A are
+// the callers' O((m + n) k) work per O(m n k) of products.
 #pragma once
 
 #include "parallel.hpp"
@@ -37,6 +37,7 @@ namespace iattn::cpu_detail {
 template <class T>
 inline constexpr Index gemm_mr = 2 * simd::width<T>;  ///< rows of A per micro-tile (packed panel)
 inline constexpr Index gemm_nr = 6;                   ///< rows of B per micro-tile (broadcast)
+inline constexpr Index gemm_nr1 = 8;                  ///< rows of B per micro-tile of a one-pack panel (8 sums)
 
 /// v's storage, grown to at least n elements (kept across calls: fresh allocations page-fault).
 template <class T>
@@ -198,11 +199,17 @@ inline void gemm_micro(Index k, const T* ap, const T* B, Index ldb, T* C, Index 
   }
 }
 
-// One panel against nr <= gemm_nr rows of B.
+// One panel against nr <= gemm_nr rows of B (gemm_nr1 when the panel is one pack, PK = 1).
 template <class T, int PK>
 inline void gemm_micro_any(Index nr, Index k, const T* ap, const T* B, Index ldb, T* C, Index ldc, T alpha,
                            Index rows, bool set = false) {
   switch (nr) {
+    case 8:
+      if constexpr (PK == 1) gemm_micro<T, 8, 1>(k, ap, B, ldb, C, ldc, alpha, rows, set);
+      break;
+    case 7:
+      if constexpr (PK == 1) gemm_micro<T, 7, 1>(k, ap, B, ldb, C, ldc, alpha, rows, set);
+      break;
     case 6: gemm_micro<T, 6, PK>(k, ap, B, ldb, C, ldc, alpha, rows, set); break;
     case 5: gemm_micro<T, 5, PK>(k, ap, B, ldb, C, ldc, alpha, rows, set); break;
     case 4: gemm_micro<T, 4, PK>(k, ap, B, ldb, C, ldc, alpha, rows, set); break;
@@ -212,7 +219,7 @@ inline void gemm_micro_any(Index nr, Index k, const T* ap, const T* B, Index ldb
     default: break;
   }
 }
-static_assert(gemm_nr == 6, "gemm_micro_any dispatches up to 6 rows of B");
+static_assert(gemm_nr == 6 && gemm_nr1 == 8, "gemm_micro_any dispatches up to 6 rows of B (8 for one pack)");
 
 /// C[j * ldc + i] += alpha sum_p A[i, p] B[j * ldb + p] for i < m, j < n: the product of A, given
 /// packed (gemm_pack_a of at least m rows), and B's rows [0, n) over k inner indices, added to C
@@ -228,17 +235,22 @@ void gemm_tile_add(Index m, Index n, Index k, const T* ap, Index panel_stride, c
     const T* a = ap + q * panel_stride;
     T* c = C + q * gemm_mr<T>;
     const Index rows = std::min(gemm_mr<T>, m - q * gemm_mr<T>);
-    // Strips of gemm_nr rows of B; the last 7 .. 11 as two of 4 .. 6 rather than 6 and 1 .. 5 (a
-    // strip of 4 keeps 8 sums, too few to hide the multiply-adds' latency: 68 % of the kernel's
-    // rate in the channel mean's 64-row blocks, where 64 = 9 * 6 + 5 + 5 now). Each sum is the same
-    // chain of multiply-adds either way: the results do not change.
-    for (Index j = 0, nr = 0; j < n; j += nr) {
-      const Index left = n - j;
-      nr = left > gemm_nr && left < 2 * gemm_nr ? (left + 1) / 2 : std::min(gemm_nr, left);
-      if (rows > simd::width<T>)
+    // Strips of B's rows as equal in width as can be, at most gemm_nr against a panel of two packs
+    // (12 sums) and gemm_nr1 against one pack (8 sums): a narrow strip keeps too few sums to hide
+    // the multiply-adds' latency (a strip of 4 against two packs ran at 68 % of the kernel's rate;
+    // the diagonal blocks' 8-row products against 4 + 4 columns, 4 sums each, at about half). So
+    // 64 = 9 * 6 + 5 + 5, 32 = 6 + 6 + 5 + 5 + 5 + 5 (6 + 6 + 6 + 6 + 4 + 4 before), and 8 columns
+    // against one pack one strip (4 + 4 before; docs/performance.md, session 45). Each sum is the
+    // same chain of multiply-adds either way: the results do not change.
+    const bool two = rows > simd::width<T>;
+    const Index widest = two ? gemm_nr : gemm_nr1, strips = (n + widest - 1) / widest;
+    for (Index s = 0, j = 0; s < strips; ++s) {
+      const Index nr = n / strips + (s < n % strips ? 1 : 0);
+      if (two)
         gemm_micro_any<T, 2>(nr, k, a, B + j * ldb, ldb, c + j * ldc, ldc, alpha, rows, set);
       else
         gemm_micro_any<T, 1>(nr, k, a, B + j * ldb, ldb, c + j * ldc, ldc, alpha, rows, set);
+      j += nr;
     }
   }
 }

@@ -375,7 +375,11 @@ class mean_core_term {
     for (Index t = b0; t < b1; ++t) {
       if constexpr (std::is_same_v<Policy, log_decay>)
         if (fused_ && t >= K_ - 1 && filled == t) {
-          token_fused(t, b0, outT, w, bu, f, decay);
+          switch (decay_mode(*term_.S)) {
+            case 0: token_fused<0>(t, b0, outT, w, bu, f, decay); break;
+            case 1: token_fused<1>(t, b0, outT, w, bu, f, decay); break;
+            default: token_fused<2>(t, b0, outT, w, bu, f, decay); break;
+          }
           ++filled;
           continue;
         }
@@ -391,6 +395,8 @@ class mean_core_term {
 
   // Where token t's log-decays of one head come from: d * rate[m] (factored: dt times the head's
   // rates), rate[m] (one per state: lambda's row) or d (the head's scalar), for lambda's row lrow.
+  // pack_as: the same with the mode known at compile time (token_fused's loop, one branch fewer
+  // per pack).
   struct decay_source {
     int mode;  // 0 factored, 1 per state, 2 scalar
     const T* rate;
@@ -399,10 +405,20 @@ class mean_core_term {
     P pack(Index m) const {
       return mode == 2 ? P::broadcast(d) : mode == 0 ? P::broadcast(d) * P::load(rate + m) : P::load(rate + m);
     }
+    template <int Mode, class P>
+    P pack_as(Index m) const {
+      if constexpr (Mode == 0) return P::broadcast(d) * P::load(rate + m);
+      else if constexpr (Mode == 1) return P::load(rate + m);
+      else return P::broadcast(d);
+    }
   };
   template <class Core>
-  decay_source decay_of(const Core& S, const T* lrow, Index h) const {
-    const int mode = S.factored() ? 0 : S.per_state() ? 1 : 2;
+  static int decay_mode(const Core& S) {
+    return S.factored() ? 0 : S.per_state() ? 1 : 2;
+  }
+  template <class Core>
+  decay_source decay_of(const Core& S, const T* lrow, Index h, int mode = -1) const {
+    if (mode < 0) mode = decay_mode(S);
     return {mode, mode == 0 ? S.decay_rate().row(h) : lrow + h * N_, mode == 1 ? T(1) : lrow[h]};
   }
 
@@ -556,7 +572,10 @@ class mean_core_term {
   // in the same pass: its rows are formed in registers and used there (the taps are one broadcast
   // per channel; the running product f and the block's decay are read and written once), and
   // stored to the window for the next tokens and the diagonal block. Same sums as fill +
-  // token_pass<3>, in a different order.
+  // token_pass<3>, in a different order. Mode: decay_mode(S), fixed for the loop; the loop runs over
+  // the inner index i itself, so the window's row pointers stay put from channel to channel (per
+  // channel offsets cost about 50 instructions per channel, next to about 80 per pack).
+  template <int Mode>
   void token_fused(Index t, Index b0, Matrix<T>& outT, window& w, buffers& bu, T* f, T* decay) {
     constexpr int W = simd::width<T>;
     using P = Pk<W>;
@@ -584,19 +603,21 @@ class mean_core_term {
     for (Index j = 0; j < dc_; ++j) {
       const Index o = j * N_, h = head_[std::size_t(j)], g = group_[std::size_t(j)];
       const T p = post ? post[j] : T(1), q = pre ? pre[j] : T(1);
-      const decay_source src = decay_of(*S, lrow, h);
+      const decay_source src = decay_of(*S, lrow, h, Mode);
       const P k0 = P::broadcast(taps[o]), k1 = P::broadcast(taps[m_ + o]), k2 = P::broadcast(taps[2 * m_ + o]),
               k3 = P::broadcast(taps[3 * m_ + o]);
       const P pp = P::broadcast(p), qq = P::broadcast(q);
-      for (Index m = 0; m < N_; m += W) {
-        const Index i = o + m;
-        const P l = src.template pack<P>(m);
+      const T* Cg = C + g;
+      const T* Bg = B + g;
+      for (Index i = o; i < o + N_; i += W) {
+        const Index m = i - o;
+        const P l = src.template pack_as<Mode, P>(m);
         if (lam) l.store(lam + i);
         const P e1 = log_decay::factor(l);  // E(t .. t): the factor joining lag 1
         e1.store(fac + i);
-        const P u = pp * P::load(C + g + m);
+        const P u = pp * P::load(Cg + m);
         u.store(uf + i);
-        const P b0v = qq * P::load(B + g + m);
+        const P b0v = qq * P::load(Bg + m);
         b0v.store(bf + i);
         const P f1 = P::load(fac1 + i), b1v = P::load(bf1 + i), b2v = P::load(bf2 + i);
         // the band: d = ls + lag < 3, sv_ls = u E(t-ls+1 .. t) B[t-ls]
