@@ -289,7 +289,7 @@ class all_channels {
         const Index lead = Index((reinterpret_cast<std::uintptr_t>(to + at) % 64) / sizeof(T));
         return std::min(n, lead ? at + (line - lead) : at);
       };
-      for (; done <= k && done < parts; ++done) {
+      for (; done <= k; ++done) {  // k < parts
         const Index a = edge(done), b = edge(done + 1);
         if (b <= a) continue;
         if (stream_)

@@ -403,7 +403,7 @@ class mean_core_term {
     T d;
     template <class P>
     P pack(Index m) const {
-      return mode == 2 ? P::broadcast(d) : mode == 0 ? P::broadcast(d) * P::load(rate + m) : P::load(rate + m);
+      return mode == 0 ? pack_as<0, P>(m) : mode == 1 ? pack_as<1, P>(m) : pack_as<2, P>(m);
     }
     template <int Mode, class P>
     P pack_as(Index m) const {
