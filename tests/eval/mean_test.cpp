@@ -77,6 +77,34 @@ TEST_CASE("mean: Mamba-1 composite, every length, conv widths", "[mean]") {
     check_mamba1<double>(L, 5, 16, 4);
     check_mamba1<float>(L, 5, 16, 4);
   }
+  // Channels a multiple of the pack width: the fused pass in the channel-minor layout
+  // (mean_core_term::token_lanes, fill_lanes). D = 72 at N = 16 takes chunks of 64 and 8 channels,
+  // the second in the channel-major layout where a pack is 16 wide, so one call takes both.
+  for (Index L : {Index(1), Index(4), Index(5), Index(67), Index(200)})
+    for (Index D : {Index(16), Index(72)}) {
+      check_mamba1<double>(L, D, 16, 4);
+      check_mamba1<float>(L, D, 16, 4);
+    }
+}
+
+TEST_CASE("mean: one scalar decay per channel, a 4-tap convolution (the channel-minor fused pass)", "[mean]") {
+  // lambda (L, D) with every channel its own head: the fused pass's decay read as dt alone (Mode 2).
+  for (Index L : {Index(4), Index(67), Index(130)})
+    for (Index D : {Index(5), Index(16)}) {
+      INFO("L = " << L << ", D = " << D);
+      const Index N = 16;
+      const MatD lam = uniform<double>(L, D, -2.0, -0.01), B = normal<double>(L, N), C = normal<double>(L, N);
+      const MatD r = normal<double>(L, D), k = uniform<double>(L, D, 0.1, 2.0), w = normal<double>(4, D, 0.5);
+      using namespace iattn;
+      const MatD ref = mean_oracle(L, D, [&](Index c) { return dense_semiseparable(lam, B, C, D, 1, 1, c); }, r, k, w);
+      const auto Hx = diagonal(r) * semiseparable(lam, B, C, {.heads = D}) * diagonal(k) * causal_conv(w);
+      REQUIRE(takes_gemm_path(Hx, L));
+      check_close(materialize_mean(Hx), ref, 1e-12);
+      const Mat<float> lf = lam.cast<float>(), Bf = B.cast<float>(), Cf = C.cast<float>();
+      const auto Hf = diagonal(Mat<float>(r.cast<float>())) * semiseparable(lf, Bf, Cf, {.heads = D}) *
+                      diagonal(Mat<float>(k.cast<float>())) * causal_conv(Mat<float>(w.cast<float>()));
+      check_close(materialize_mean(Hf), ref, 2e-5);
+    }
 }
 
 TEST_CASE("mean: several channel chunks, heads split across chunks", "[mean]") {

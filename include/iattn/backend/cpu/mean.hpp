@@ -279,6 +279,10 @@ class mean_core_term {
     K_ = term.conv ? term.conv->width() : 1;
     scale_ = T(term.weight / double(ce_ - cb_));
     fused_ = term.S && !strict_ && K_ == fused_width && N_ % simd::width<T> == 0;  // taken for log_decay only
+    // The channel-minor layout (token_lanes): every channel its own head, one group of B and C, and
+    // a decay factored (dt A) or one per channel.
+    lanes_ok_ = fused_ && term.S->head_dim() == 1 && term.S->groups() == 1 &&
+                (term.S->factored() || !term.S->per_state());
     const Index target = std::clamp<Index>((Index(1) << 22) / std::max<Index>(L_, 1), 64, 1024);
     Dc_ = std::clamp<Index>(target / N_, 1, ce_ - cb_);
   }
@@ -299,13 +303,22 @@ class mean_core_term {
     for (Index c0 = cb_; c0 < ce_; c0 += Dc_) {
       dc_ = std::min(Dc_, ce_ - c0);
       m_ = dc_ * N_;
+      lanes_ = lanes_ok_ && dc_ % W == 0;
       taps_.assign(std::size_t(K_ * m_), T(0));
       bonus_.assign(std::size_t(m_), T(0));
       for (Index j = 0; j < dc_; ++j)
         for (Index m = 0; m < N_; ++m) {
-          for (Index lag = 0; lag < K_; ++lag) taps_[std::size_t(lag * m_ + j * N_ + m)] = tap(lag, c0 + j);
-          if (term_.S && term_.S->has_bonus()) bonus_[std::size_t(j * N_ + m)] = term_.S->bonus()(term_.S->head_of(c0 + j), m);
+          const Index i = inner(j, m);
+          for (Index lag = 0; lag < K_; ++lag) taps_[std::size_t(lag * m_ + i)] = tap(lag, c0 + j);
+          if (term_.S && term_.S->has_bonus()) bonus_[std::size_t(i)] = term_.S->bonus()(term_.S->head_of(c0 + j), m);
         }
+      if (lanes_) {
+        ones_.assign(std::size_t(dc_), T(1));
+        rate_.assign(std::size_t(m_), T(1));  // A transposed, at the inner index (m, j)
+        if (term_.S->factored())
+          for (Index j = 0; j < dc_; ++j)
+            for (Index m = 0; m < N_; ++m) rate_[std::size_t(inner(j, m))] = term_.S->decay_rate()(c0 + j, m);
+      }
       c0_ = c0;
       head_.resize(std::size_t(dc_));
       group_.resize(std::size_t(dc_));
@@ -375,6 +388,14 @@ class mean_core_term {
     for (Index t = b0; t < b1; ++t) {
       if constexpr (std::is_same_v<Policy, log_decay>)
         if (fused_ && t >= K_ - 1 && filled == t) {
+          if (lanes_) {
+            if (term_.S->factored())
+              token_lanes<0>(t, b0, outT, w, bu, f, decay);
+            else
+              token_lanes<2>(t, b0, outT, w, bu, f, decay);
+            ++filled;
+            continue;
+          }
           switch (decay_mode(*term_.S)) {
             case 0: token_fused<0>(t, b0, outT, w, bu, f, decay); break;
             case 1: token_fused<1>(t, b0, outT, w, bu, f, decay); break;
@@ -430,6 +451,7 @@ class mean_core_term {
     const auto* S = term_.S;
     const auto* R = term_.R;
     const Index c0 = c0_;
+    if (lanes_) return fill_lanes(t0, t1, w, bu);
     for (Index t = t0; t < t1; ++t) {
       T* lam = w.lam(t);
       T* fac = w.fac(t);
@@ -466,6 +488,35 @@ class mean_core_term {
       }
     }
   }
+
+  // fill in the channel-minor layout (lanes_; token_lanes).
+  void fill_lanes(Index t0, Index t1, window& w, buffers& bu) {
+    constexpr int W = simd::width<T>;
+    using P = Pk<W>;
+    const auto* S = term_.S;
+    for (Index t = t0; t < t1; ++t) {
+      const T* post = term_.post.row(t, D_, c0_, dc_, bu.post);
+      const T* pre = term_.pre.row(t, D_, c0_, dc_, bu.pre);
+      if (!post) post = ones_.data();
+      if (!pre) pre = ones_.data();
+      const T* B = S->B().row(t);
+      const T* C = S->C().row(t);
+      const T* dt = S->lambda().row(t) + c0_;
+      for (Index m = 0; m < N_; ++m)
+        for (Index j = 0, i = m * dc_; j < dc_; j += W, i += W) {
+          P l = P::load(dt + j);
+          if (S->factored()) l = l * P::load(rate_.data() + i);
+          l.store(w.lam(t) + i);
+          Policy::factor(l).store(w.fac(t) + i);
+          (P::load(post + j) * P::broadcast(C[m])).store(w.uf(t) + i);
+          (P::load(pre + j) * P::broadcast(B[m])).store(w.bf(t) + i);
+        }
+    }
+  }
+
+  // The inner index of channel c0 + j and state m: channel-major (j N + m), or channel-minor
+  // (m dc + j) with lanes_.
+  Index inner(Index j, Index m) const { return lanes_ ? m * dc_ + j : j * N_ + m; }
 
   T tap(Index lag, Index c) const { return term_.conv ? term_.conv->tap(lag, c) : T(1); }
 
@@ -575,7 +626,7 @@ class mean_core_term {
   // token_pass<3>, in a different order. Mode: decay_mode(S), fixed for the loop; the loop runs over
   // the inner index i itself, so the window's row pointers stay put from channel to channel (with
   // the pointers offset per channel, g++ 12 spent about 108 instructions a channel on them, 65 now,
-  // beside 76 per pack).
+  // beside 76 per pack). token_lanes takes the channel-minor layout.
   template <int Mode>
   void token_fused(Index t, Index b0, Matrix<T>& outT, window& w, buffers& bu, T* f, T* decay) {
     constexpr int W = simd::width<T>;
@@ -587,18 +638,7 @@ class mean_core_term {
     const T* B = S->B().row(t);
     const T* C = S->C().row(t);
     const T* lrow = S->lambda().row(t);
-    T* lam = t == b0 ? w.lam(t) : nullptr;  // only the block's first row is read (lam0_)
-    T* fac = w.fac(t);
-    T* uf = w.uf(t);
-    T* bf = w.bf(t);
-    T* z = w.vz(t);
-    const T* fac1 = w.fac(t - 1);
-    const T* fac2 = w.fac(t - 2);
-    const T* bf1 = w.bf(t - 1);
-    const T* bf2 = w.bf(t - 2);
-    const T* bf3 = w.bf(t - 3);
-    T* ut = ut_.row(t).data();
-    const bool step = t > b0;
+    const fused_rows r = rows_of_token(t, b0, w, f, decay);
     const T* taps = taps_.data();
     P acc0 = P::broadcast(T(0)), acc1 = acc0, acc2 = acc0;
     for (Index j = 0; j < dc_; ++j) {
@@ -612,38 +652,92 @@ class mean_core_term {
       const T* Bg = B + g;
       for (Index i = o; i < o + N_; i += W) {
         const Index m = i - o;
-        const P l = src.template pack_as<Mode, P>(m);
-        if (lam) l.store(lam + i);
-        const P e1 = log_decay::factor(l);  // E(t .. t): the factor joining lag 1
-        e1.store(fac + i);
-        const P u = pp * P::load(Cg + m);
-        u.store(uf + i);
-        const P b0v = qq * P::load(Bg + m);
-        b0v.store(bf + i);
-        const P f1 = P::load(fac1 + i), b1v = P::load(bf1 + i), b2v = P::load(bf2 + i);
-        // the band: d = ls + lag < 3, sv_ls = u E(t-ls+1 .. t) B[t-ls]
-        const P e2 = e1 * f1;
-        const P s0 = u * b0v, s1 = u * e1 * b1v, s2 = u * e2 * b2v;
-        acc0 = fma(k0, s0, acc0);
-        acc1 = fma(k1, s0, fma(k0, s1, acc1));
-        acc2 = fma(k2, s0, fma(k1, s1, fma(k0, s2, acc2)));
-        // the injection at t, by Horner from the oldest lag
-        P zv = k0 * P::load(bf3 + i);
-        zv = fma(zv, P::load(fac2 + i), k1 * b2v);
-        zv = fma(zv, f1, k2 * b1v);
-        zv = fma(zv, e1, k3 * b0v);
-        zv.store(z + i);
-        P fv = P::load(f + i);
-        if (step) {
-          fv = fv * e1;
-          fv.store(f + i);
-        }
-        (u * fv).store(ut + i);
-        (P::load(decay + i) + l).store(decay + i);
+        fused_pack(r, i, src.template pack_as<Mode, P>(m), pp * P::load(Cg + m), qq * P::load(Bg + m), k0, k1, k2, k3,
+                   acc0, acc1, acc2);
       }
     }
     const T sums[3] = {reduce_add(acc0), reduce_add(acc1), reduce_add(acc2)};
     for (Index dg = 0; dg < 3; ++dg) outT(t - dg, t) += scale_ * sums[dg];
+  }
+
+  // token_fused with the inner index channel-minor, i = m dc + j (lanes_: every channel its own
+  // head, one group of B and C, a decay factored or one per channel, dc a multiple of the pack
+  // width): a pack is W channels at one state, so the channels' scalars (dt, the diagonals, the
+  // taps) are pack loads and B's and C's entries broadcasts, with no set-up per channel (65
+  // instructions a channel beside 76 a pack in the channel-major form at N = 16: two packs a
+  // channel). Mode 0: lambda = dt A (rate_: A at the inner index), 2: lambda = dt.
+  template <int Mode>
+  void token_lanes(Index t, Index b0, Matrix<T>& outT, window& w, buffers& bu, T* f, T* decay) {
+    constexpr int W = simd::width<T>;
+    using P = Pk<W>;
+    const auto* S = term_.S;
+    const T* post = term_.post.row(t, D_, c0_, dc_, bu.post);
+    const T* pre = term_.pre.row(t, D_, c0_, dc_, bu.pre);
+    if (!post) post = ones_.data();
+    if (!pre) pre = ones_.data();
+    const T* B = S->B().row(t);
+    const T* C = S->C().row(t);
+    const T* dt = S->lambda().row(t) + c0_;  // channel c0 + j is head c0 + j
+    const T* rate = rate_.data();
+    const fused_rows r = rows_of_token(t, b0, w, f, decay);
+    const T* taps = taps_.data();
+    P acc0 = P::broadcast(T(0)), acc1 = acc0, acc2 = acc0;
+    for (Index m = 0; m < N_; ++m) {
+      const P cm = P::broadcast(C[m]), bm = P::broadcast(B[m]);
+      for (Index j = 0, i = m * dc_; j < dc_; j += W, i += W) {
+        P l = P::load(dt + j);
+        if constexpr (Mode == 0) l = l * P::load(rate + i);
+        fused_pack(r, i, l, P::load(post + j) * cm, P::load(pre + j) * bm, P::load(taps + i), P::load(taps + m_ + i),
+                   P::load(taps + 2 * m_ + i), P::load(taps + 3 * m_ + i), acc0, acc1, acc2);
+      }
+    }
+    const T sums[3] = {reduce_add(acc0), reduce_add(acc1), reduce_add(acc2)};
+    for (Index dg = 0; dg < 3; ++dg) outT(t - dg, t) += scale_ * sums[dg];
+  }
+
+  // The rows token t's fused pass writes (lam only at the block's first token: only that row is
+  // read, into lam0_), and those of the three tokens before it that it reads.
+  struct fused_rows {
+    T *lam, *fac, *uf, *bf, *z, *ut, *f, *decay;
+    const T *fac1, *fac2, *bf1, *bf2, *bf3;
+    bool step;
+  };
+  fused_rows rows_of_token(Index t, Index b0, window& w, T* f, T* decay) {
+    return {t == b0 ? w.lam(t) : nullptr, w.fac(t), w.uf(t), w.bf(t), w.vz(t), ut_.row(t).data(), f, decay,
+            w.fac(t - 1), w.fac(t - 2), w.bf(t - 1), w.bf(t - 2), w.bf(t - 3), t > b0};
+  }
+
+  // One pack of the fused pass at inner index i: the log-decay l, the left and right factors u = P C
+  // and b0v = Q B and the channel's four taps k0 .. k3 given; the factor and the rows to the window,
+  // the band's three sums, the injection by Horner from the oldest lag, ut, f and the block's decay.
+  template <class P>
+  [[gnu::always_inline]] static inline void fused_pack(const fused_rows& r, Index i, P l, P u, P b0v, P k0, P k1,
+                                                       P k2, P k3, P& acc0, P& acc1, P& acc2) {
+    if (r.lam) l.store(r.lam + i);
+    const P e1 = log_decay::factor(l);  // E(t .. t): the factor joining lag 1
+    e1.store(r.fac + i);
+    u.store(r.uf + i);
+    b0v.store(r.bf + i);
+    const P f1 = P::load(r.fac1 + i), b1v = P::load(r.bf1 + i), b2v = P::load(r.bf2 + i);
+    // the band: d = ls + lag < 3, sv_ls = u E(t-ls+1 .. t) B[t-ls]
+    const P e2 = e1 * f1;
+    const P s0 = u * b0v, s1 = u * e1 * b1v, s2 = u * e2 * b2v;
+    acc0 = fma(k0, s0, acc0);
+    acc1 = fma(k1, s0, fma(k0, s1, acc1));
+    acc2 = fma(k2, s0, fma(k1, s1, fma(k0, s2, acc2)));
+    // the injection at t, by Horner from the oldest lag
+    P zv = k0 * P::load(r.bf3 + i);
+    zv = fma(zv, P::load(r.fac2 + i), k1 * b2v);
+    zv = fma(zv, f1, k2 * b1v);
+    zv = fma(zv, e1, k3 * b0v);
+    zv.store(r.z + i);
+    P fv = P::load(r.f + i);
+    if (r.step) {
+      fv = fv * e1;
+      fv.store(r.f + i);
+    }
+    (u * fv).store(r.ut + i);
+    (P::load(r.decay + i) + l).store(r.decay + i);
   }
 
   // dst row t - t0 = U[t] E(t0+1 .. t) for t in [t0, t1) (zero past the output), f the running product
@@ -805,10 +899,12 @@ class mean_core_term {
   Index L_, D_, cb_, ce_, N_, K_, Dc_, c0_ = 0, dc_ = 0, m_ = 0, delta_;
   std::vector<Index> head_, group_;  // per channel of the chunk: its head, its group's first column
   bool strict_, fused_ = false;
+  bool lanes_ok_ = false, lanes_ = false;  // the channel-minor layout: possible for the term, taken in this chunk
   T scale_;
   Matrix<T> ut_, vt_, blk_, lam0_, tail_;  // ut, vt (L, M); per token block: its whole decay, its
                                          // first lam, the running product of its other factors
   std::vector<T> taps_, bonus_;  // (K, m) convolution taps and (m) bonus of the current chunk
+  std::vector<T> ones_, rate_;   // with lanes_: dc ones (a diagonal that is none), A at the inner index
   std::vector<buffers> bufs_;
 };
 
