@@ -680,6 +680,12 @@ class mean_core_term {
     const T* dt = S->lambda().row(t) + c0_;  // channel c0 + j is head c0 + j
     const T* rate = rate_.data();
     const fused_rows r = rows_of_token(t, b0, w, f, decay);
+    if (t + 1 < L_) {  // the next token's (L, D) rows: D entries apart, which the prefetchers miss
+      for (const auto* fs : {&term_.post, &term_.pre})
+        for (const auto& x : fs->f)
+          if (x.rows != 1) prefetch_row(x.data, D_, t + 1, c0_, dc_);
+      prefetch_span(S->lambda().row(t + 1) + c0_, dc_);
+    }
     const T* taps = taps_.data();
     P acc0 = P::broadcast(T(0)), acc1 = acc0, acc2 = acc0;
     for (Index m = 0; m < N_; ++m) {

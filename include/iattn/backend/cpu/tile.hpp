@@ -17,6 +17,7 @@
 #include <Eigen/Core>
 
 #include <algorithm>
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -190,19 +191,25 @@ void shape_row(const row_ops<T>& sc, Index t, Index c0, Index nc, const T* x, In
   else scale_row(sc.pre, t, c0, nc, x + t * ld, dst);
 }
 
-/// Asks the cache for the nc entries from column c0 of row t of an (L, ld) row-major matrix. A
-/// scan walks token rows of (L, D) coefficients with a stride of D entries, one 4 KiB page or more
-/// per step at model widths, which the hardware prefetchers do not follow; without this every
-/// coefficient row of every slab is a cold miss.
+/// Asks the cache for the n entries from data on (prefetch_span), or for the nc entries from column
+/// c0 of row t of an (L, ld) row-major matrix (prefetch_row). A scan walks token rows of (L, D)
+/// coefficients with a stride of D entries, one 4 KiB page or more per step at model widths, which
+/// the hardware prefetchers do not follow; without this every coefficient row of every slab is a
+/// cold miss.
+template <class T>
+void prefetch_span(const T* data, Index n) {
+#if defined(__GNUC__) || defined(__clang__)
+  // every 64-byte line of [data, data + n), the last one too when data is not on a line's start
+  const auto first = reinterpret_cast<std::uintptr_t>(data) & ~std::uintptr_t(63);
+  const auto end = reinterpret_cast<std::uintptr_t>(data + n);
+  for (auto a = first; a < end; a += 64) __builtin_prefetch(reinterpret_cast<const void*>(a));
+#else
+  (void)data, (void)n;
+#endif
+}
 template <class T>
 void prefetch_row(const T* data, Index ld, Index t, Index c0, Index nc) {
-#if defined(__GNUC__) || defined(__clang__)
-  const char* p = reinterpret_cast<const char*>(data + t * ld + c0);
-  const Index bytes = nc * Index(sizeof(T));
-  for (Index b = 0; b < bytes; b += 64) __builtin_prefetch(p + b);
-#else
-  (void)data, (void)ld, (void)t, (void)c0, (void)nc;
-#endif
+  prefetch_span(data + t * ld + c0, nc);
 }
 /// Tokens ahead of the one being scanned whose coefficient rows are prefetched.
 inline constexpr Index prefetch_ahead = 4;
