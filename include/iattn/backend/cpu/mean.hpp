@@ -17,7 +17,8 @@
 //                             row block, Vt_J scaled once per pair (gemm.hpp's kernel);
 //   inside the diagonal block: halved recursively, the lower-left quadrant a product referred to
 //                              the split point, down to 8 tokens, which take running products;
-// the inner dimension (c, m) a chunk of at most 1024 at a time. Two parallel passes per chunk: the
+// the inner dimension (c, m) a chunk of at most 1024 at a time (channel-major, or channel-minor where
+// every channel is its own head: token_lanes). Two parallel passes per chunk: the
 // token blocks (window of per-token rows, band, injection, ut and vt, diagonal block), then the
 // row blocks' products. The remaining K-1 (strict: K)
 // diagonals nearest the main one are summed directly. Decays across blocks are exps of sums of
@@ -494,6 +495,7 @@ class mean_core_term {
     constexpr int W = simd::width<T>;
     using P = Pk<W>;
     const auto* S = term_.S;
+    const bool factored = S->factored();
     for (Index t = t0; t < t1; ++t) {
       const T* post = term_.post.row(t, D_, c0_, dc_, bu.post);
       const T* pre = term_.pre.row(t, D_, c0_, dc_, bu.pre);
@@ -505,7 +507,7 @@ class mean_core_term {
       for (Index m = 0; m < N_; ++m)
         for (Index j = 0, i = m * dc_; j < dc_; j += W, i += W) {
           P l = P::load(dt + j);
-          if (S->factored()) l = l * P::load(rate_.data() + i);
+          if (factored) l = l * P::load(rate_.data() + i);
           l.store(w.lam(t) + i);
           Policy::factor(l).store(w.fac(t) + i);
           (P::load(post + j) * P::broadcast(C[m])).store(w.uf(t) + i);
@@ -665,7 +667,9 @@ class mean_core_term {
   // width): a pack is W channels at one state, so the channels' scalars (dt, the diagonals, the
   // taps) are pack loads and B's and C's entries broadcasts, with no set-up per channel (65
   // instructions a channel beside 76 a pack in the channel-major form at N = 16: two packs a
-  // channel). Mode 0: lambda = dt A (rate_: A at the inner index), 2: lambda = dt.
+  // channel). About 2 % of the Mamba-1 mean, not the 40 % fewer instructions of the pass: its time
+  // is in its rows' traffic (docs/performance.md, session 46). Mode 0: lambda = dt A (rate_: A at the
+  // inner index), 2: lambda = dt.
   template <int Mode>
   void token_lanes(Index t, Index b0, Matrix<T>& outT, window& w, buffers& bu, T* f, T* decay) {
     constexpr int W = simd::width<T>;
