@@ -494,26 +494,31 @@ class mean_core_term {
   void fill_lanes(Index t0, Index t1, window& w, buffers& bu) {
     constexpr int W = simd::width<T>;
     using P = Pk<W>;
-    const auto* S = term_.S;
-    const bool factored = S->factored();
+    const bool factored = term_.S->factored();
     for (Index t = t0; t < t1; ++t) {
-      const T* post = term_.post.row(t, D_, c0_, dc_, bu.post);
-      const T* pre = term_.pre.row(t, D_, c0_, dc_, bu.pre);
-      if (!post) post = ones_.data();
-      if (!pre) pre = ones_.data();
-      const T* B = S->B().row(t);
-      const T* C = S->C().row(t);
-      const T* dt = S->lambda().row(t) + c0_;
+      const lane_rows x = lanes_of_token(t, bu);
       for (Index m = 0; m < N_; ++m)
         for (Index j = 0, i = m * dc_; j < dc_; j += W, i += W) {
-          P l = P::load(dt + j);
+          P l = P::load(x.dt + j);
           if (factored) l = l * P::load(rate_.data() + i);
           l.store(w.lam(t) + i);
           Policy::factor(l).store(w.fac(t) + i);
-          (P::load(post + j) * P::broadcast(C[m])).store(w.uf(t) + i);
-          (P::load(pre + j) * P::broadcast(B[m])).store(w.bf(t) + i);
+          (P::load(x.post + j) * P::broadcast(x.C[m])).store(w.uf(t) + i);
+          (P::load(x.pre + j) * P::broadcast(x.B[m])).store(w.bf(t) + i);
         }
     }
+  }
+
+  // Token t's operand rows in the channel-minor layout, from channel c0: the diagonals (ones where
+  // there is none), B's and C's rows (one group), and dt (lambda, one head a channel).
+  struct lane_rows {
+    const T *post, *pre, *B, *C, *dt;
+  };
+  lane_rows lanes_of_token(Index t, buffers& bu) const {
+    const T* post = term_.post.row(t, D_, c0_, dc_, bu.post);
+    const T* pre = term_.pre.row(t, D_, c0_, dc_, bu.pre);
+    return {post ? post : ones_.data(), pre ? pre : ones_.data(), term_.S->B().row(t), term_.S->C().row(t),
+            term_.S->lambda().row(t) + c0_};
   }
 
   // The inner index of channel c0 + j and state m: channel-major (j N + m), or channel-minor
@@ -675,13 +680,8 @@ class mean_core_term {
     constexpr int W = simd::width<T>;
     using P = Pk<W>;
     const auto* S = term_.S;
-    const T* post = term_.post.row(t, D_, c0_, dc_, bu.post);
-    const T* pre = term_.pre.row(t, D_, c0_, dc_, bu.pre);
-    if (!post) post = ones_.data();
-    if (!pre) pre = ones_.data();
-    const T* B = S->B().row(t);
-    const T* C = S->C().row(t);
-    const T* dt = S->lambda().row(t) + c0_;  // channel c0 + j is head c0 + j
+    const lane_rows x = lanes_of_token(t, bu);
+    const T *post = x.post, *pre = x.pre, *B = x.B, *C = x.C, *dt = x.dt;
     const T* rate = rate_.data();
     const fused_rows r = rows_of_token(t, b0, w, f, decay);
     if (t + 1 < L_) {  // the next token's (L, D) rows: D entries apart, which the prefetchers miss
