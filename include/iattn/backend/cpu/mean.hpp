@@ -686,8 +686,8 @@ class mean_core_term {
     const fused_rows r = rows_of_token(t, b0, w, f, decay);
     if (t + 1 < L_) {  // the next token's (L, D) rows: D entries apart, which the prefetchers miss
       for (const auto* fs : {&term_.post, &term_.pre})
-        for (const auto& x : fs->f)
-          if (x.rows != 1) prefetch_row(x.data, D_, t + 1, c0_, dc_);
+        for (const auto& d : fs->f)
+          if (d.rows != 1) prefetch_row(d.data, D_, t + 1, c0_, dc_);
       prefetch_span(S->lambda().row(t + 1) + c0_, dc_);
     }
     const T* taps = taps_.data();
