@@ -364,7 +364,7 @@ class mean_core_term {
 
   // Per-thread buffers, kept across row blocks (fresh allocations would page-fault every time).
   struct buffers {
-    std::vector<T> ws, up, vp, acc, f, post, pre;
+    std::vector<T> ws, up, vp, acc, f, g, post, pre;
     window win;
   };
   // Token block b: its window, the band and injections of its tokens, its edges for the products
@@ -411,8 +411,21 @@ class mean_core_term {
     std::copy(w.lam(b0), w.lam(b0) + m_, lam0_.row(b).data());
     std::copy(f, f + m_, tail_.row(b).data());  // E(b0+1 .. b1-1) as the running product
     std::fill(f, f + m_, T(1));
-    refer_backward(b0, b1, vt_.row(b0).data(), M, f, w);  // vt = z E(s+1 .. b1-1), to its last token
-    diagonal_block(b0, b1, outT, bu, w);
+    // vt = z E(s+1 .. b1-1), referred to the block's last token. Where the diagonal block is split
+    // (more than 8 tokens, at mid), its referral of the tokens before mid to mid reads the same
+    // window rows, so it writes their vt rows too, times g = E(mid+1 .. b1-1): here only [mid, b1).
+    T* vt = vt_.row(b0).data();
+    const Index mid = b1 - b0 > 8 ? b0 + diagonal_split(b1 - b0) : b0;
+    if (mid == b0) {
+      refer_backward(b0, b1, vt, M, f, w);
+      diagonal_block(b0, b1, outT, bu, w);
+      return;
+    }
+    refer_backward(mid + 1, b1, vt + (mid + 1 - b0) * M, M, f, w);
+    T* g = sized(bu.g, m_);
+    std::copy(f, f + m_, g);  // E(mid+1 .. b1-1)
+    refer_backward(mid, mid + 1, vt + (mid - b0) * M, M, f, w);
+    diagonal_block(b0, b1, outT, bu, w, g);
   }
 
   // Where token t's log-decays of one head come from: d * rate[m] (factored: dt times the head's
@@ -766,11 +779,21 @@ class mean_core_term {
     }
   }
   // dst row s - a = z_s f E(s+1 .. e-1) for s in [a, e), backwards; f holds the factor at e on entry.
-  void refer_backward(Index a, Index e, T* dst, Index ld, T* f, window& w) const {
+  // With g: dst2 row s - a = that row times g too.
+  void refer_backward(Index a, Index e, T* dst, Index ld, T* f, window& w, T* dst2 = nullptr,
+                      const T* g = nullptr) const {
     for (Index s = e - 1; s >= a; --s) {
       const T* z = w.vz(s);
       T* d = dst + (s - a) * ld;
-      for (Index i = 0; i < m_; ++i) d[i] = z[i] * f[i];
+      if (g) {
+        T* d2 = dst2 + (s - a) * ld;
+        for (Index i = 0; i < m_; ++i) {
+          d[i] = z[i] * f[i];
+          d2[i] = d[i] * g[i];
+        }
+      } else {
+        for (Index i = 0; i < m_; ++i) d[i] = z[i] * f[i];
+      }
       multiply(f, w.fac(s));
     }
   }
@@ -877,9 +900,14 @@ class mean_core_term {
     return r;
   }
 
+  // Tokens before the split of a diagonal block of n > 8 tokens: a multiple of 8, half or just over.
+  static Index diagonal_split(Index n) { return (n + 15) / 16 * 8; }
+
   // G[t', sigma] for a <= sigma <= t' < e: split in two, the lower-left quadrant a GEMM with both
-  // sides referred to the split point, each half recursively; 8 tokens or fewer directly.
-  void diagonal_block(Index a, Index e, Matrix<T>& outT, buffers& b, window& w) {
+  // sides referred to the split point, each half recursively; 8 tokens or fewer directly. With g
+  // (the token block's own block, split): vt rows [a, mid) = the referral of those tokens to mid
+  // times g = E(mid+1 .. e-1) (token_block).
+  void diagonal_block(Index a, Index e, Matrix<T>& outT, buffers& b, window& w, const T* g = nullptr) {
     const Index n = e - a, M = ut_.cols();
     T* acc = sized(b.acc, m_);
     T* f = sized(b.f, m_);
@@ -891,13 +919,13 @@ class mean_core_term {
       }
       return;
     }
-    const Index h = ((n + 15) / 16) * 8, mid = a + h;
+    const Index h = diagonal_split(n), mid = a + h;
     T* ur = sized(b.ws, (e - mid) * M);
     T* vp = sized(b.vp, h * M);
     // ur[t'] = U[t'] E(mid+1 .. t'); vp[sigma] = z_sigma E(sigma+1 .. mid)
     refer_forward(mid, e, ur, M, f, w);
     std::copy(w.fac(mid), w.fac(mid) + m_, f);
-    refer_backward(a, mid, vp, M, f, w);
+    refer_backward(a, mid, vp, M, f, w, g ? vt_.row(a).data() : nullptr, g);
     T* up = sized(b.up, gemm_padded_rows<T>(e - mid) * m_);
     gemm_pack_a(ur, M, e - mid, m_, up);
     product(outT, up, mid, e - mid, vp, a, h, M);
