@@ -313,19 +313,21 @@ class mean_core_term {
           for (Index lag = 0; lag < K_; ++lag) taps_[std::size_t(lag * m_ + i)] = tap(lag, c0 + j);
           if (term_.S && term_.S->has_bonus()) bonus_[std::size_t(i)] = term_.S->bonus()(term_.S->head_of(c0 + j), m);
         }
+      c0_ = c0;
       if (lanes_) {
         ones_.assign(std::size_t(dc_), T(1));
-        rate_.assign(std::size_t(m_), T(1));  // A transposed, at the inner index (m, j)
-        if (term_.S->factored())
+        if (term_.S->factored()) {  // A transposed, at the inner index (m, j)
+          rate_.resize(std::size_t(m_));
           for (Index j = 0; j < dc_; ++j)
             for (Index m = 0; m < N_; ++m) rate_[std::size_t(inner(j, m))] = term_.S->decay_rate()(c0 + j, m);
-      }
-      c0_ = c0;
-      head_.resize(std::size_t(dc_));
-      group_.resize(std::size_t(dc_));
-      for (Index j = 0; j < dc_ && term_.S; ++j) {
-        head_[std::size_t(j)] = term_.S->head_of(c0 + j);
-        group_[std::size_t(j)] = term_.S->group_of_head(head_[std::size_t(j)]) * N_;
+        }
+      } else if (term_.S) {  // the channel-major layout's per-channel offsets (fill, token_fused)
+        head_.resize(std::size_t(dc_));
+        group_.resize(std::size_t(dc_));
+        for (Index j = 0; j < dc_; ++j) {
+          head_[std::size_t(j)] = term_.S->head_of(c0 + j);
+          group_[std::size_t(j)] = term_.S->group_of_head(head_[std::size_t(j)]) * N_;
+        }
       }
       parallel_for(nb, [&](Index b) { token_block(b, outT); });
       // Row blocks 1 .. nb-1 in groups of mean_row_group from the last down (the first group the
