@@ -24,8 +24,9 @@
 // AVX: float panels (16 rows with AVX2, 32 with AVX-512) are packed by 8 x 8 register transposes
 // (the one place outside simd.hpp with intrinsics: xsimd 8.1 has no transpose, and its zip_lo
 // changed meaning across versions). Double, other ISAs and last panels whose rows are not a
-// multiple of 8 take the scalar loop.
-#if defined(__AVX__) && IATTN_HAS_XSIMD && !defined(__CUDACC__)
+// multiple of 8 take the scalar loop. The transposes read and write memory, not packs, so emulated
+// packs (simd.hpp) keep them: width 16 emulated on an AVX2 machine packs 32-row panels as AVX-512 does.
+#if defined(__AVX__) && (IATTN_HAS_XSIMD || IATTN_SIMD_EMULATED) && !defined(__CUDACC__)
 #include <immintrin.h>
 #define IATTN_GEMM_PACK_AVX 1
 #else

@@ -3,16 +3,19 @@
 // pack<T, W> is a SIMD batch of W lanes; pack<T, 1> is a plain scalar with the same interface, so
 // a kernel is written once as a template on W and called with W = width<T> for the body and W = 1
 // for the tail. xsimd is used when IATTN_USE_XSIMD is defined (target iattn::simd); without it
-// width<T> is 1 and every kernel
-// takes the same code path at width 1. No xsimd type appears in a public signature, and this header
-// is never included by a translation unit compiled by nvcc.
+// width<T> is 1 and every kernel takes the same code path at width 1, unless a test defines
+// IATTN_SIMD_EMULATE_WIDTH (lane arrays of another ISA's width, below). No xsimd type appears in a
+// public signature, and this header is never included by a translation unit compiled by nvcc.
 //
 // xsimd renamed functions between Debian's 8.1 and 11+: hadd -> reduce_add; guarded here.
 #pragma once
 
 #include "../../core/config.hpp"
 
+#include <bit>
 #include <cmath>
+#include <cstdint>
+#include <limits>
 #include <type_traits>
 
 #if defined(IATTN_USE_XSIMD) && IATTN_USE_XSIMD && !defined(__CUDACC__)
@@ -20,6 +23,18 @@
 #define IATTN_HAS_XSIMD 1
 #else
 #define IATTN_HAS_XSIMD 0
+#endif
+
+// IATTN_SIMD_EMULATE_WIDTH (tests only, without xsimd): see the emulated packs below.
+#if IATTN_HAS_XSIMD && defined(IATTN_SIMD_EMULATE_WIDTH)
+#error "IATTN_SIMD_EMULATE_WIDTH replaces xsimd's packs: build without IATTN_USE_XSIMD (iattn::iattn, not iattn::simd)"
+#endif
+#if defined(IATTN_SIMD_EMULATE_WIDTH) && !defined(__CUDACC__)
+static_assert(IATTN_SIMD_EMULATE_WIDTH == 4 || IATTN_SIMD_EMULATE_WIDTH == 8 || IATTN_SIMD_EMULATE_WIDTH == 16,
+              "IATTN_SIMD_EMULATE_WIDTH: the float lanes of an ISA iattn targets (4, 8 or 16)");
+#define IATTN_SIMD_EMULATED 1
+#else
+#define IATTN_SIMD_EMULATED 0
 #endif
 
 namespace iattn::simd {
@@ -59,6 +74,33 @@ struct pack<T, 1> {
   friend T reduce_add(pack a) { return a.v; }
   void pin() {}
 };
+
+/// The float exponentials' polynomials, for a float or a batch of floats (fma found by lookup or
+/// ADL): the hardware packs and the emulated ones evaluate the same operations.
+namespace poly {
+using std::fma;
+/// 2^f for |f| <= 1/2: 1 + f q(f), q of degree 4 (the fit described at exp2_f32_n).
+template <class B>
+B exp2_short(B f) {
+  B q = fma(B(1.32647285e-3f), f, B(9.67151299e-3f));
+  q = fma(q, f, B(5.55073358e-2f));
+  q = fma(q, f, B(2.40222424e-1f));
+  q = fma(q, f, B(6.93147004e-1f));
+  return fma(q, f, B(1.f));
+}
+/// 2^f for |f| <= 1/2 (a little more is fine) for exp: 1 + f q(f) with q of degree 5, one degree
+/// more than exp2's, so that exp keeps 1.1e-7 after its two-step reduction (max relative error
+/// 1e-7 on 2^f, mean bias 1e-10).
+template <class B>
+B exp2_long(B f) {
+  B q = fma(B(1.5353362e-4f), f, B(1.3398875e-3f));
+  q = fma(q, f, B(9.6184369e-3f));
+  q = fma(q, f, B(5.5503324e-2f));
+  q = fma(q, f, B(2.4022648e-1f));
+  q = fma(q, f, B(6.9314718e-1f));
+  return fma(q, f, B(1.f));
+}
+}  // namespace poly
 
 #if IATTN_HAS_XSIMD
 template <class T>
@@ -121,7 +163,7 @@ struct pack<T, W> {
       batch t[G], f[G];
       for (int k = 0; k < G; ++k) t[k] = z[k].v + magic;
       for (int k = 0; k < G; ++k) f[k] = z[k].v - (t[k] - magic);
-      for (int k = 0; k < G; ++k) z[k].v = add_exponent(poly_exp2_short(f[k]), t[k]);
+      for (int k = 0; k < G; ++k) z[k].v = add_exponent(poly::exp2_short(f[k]), t[k]);
     } else {
       exp2_n(z);
     }
@@ -159,15 +201,7 @@ struct pack<T, W> {
     }
     for (int k = 0; k < G; ++k) t[k] = z[k].v + magic;
     for (int k = 0; k < G; ++k) f[k] = z[k].v - (t[k] - magic);
-    for (int k = 0; k < G; ++k) z[k].v = poly_exp2_short(f[k]) * exponent_of(t[k]);
-  }
-  // 2^f for |f| <= 1/2: 1 + f q(f), q of degree 4 (the fit described at exp2_f32_n).
-  static batch poly_exp2_short(batch f) {
-    batch q = xsimd::fma(batch(1.32647285e-3f), f, batch(9.67151299e-3f));
-    q = xsimd::fma(q, f, batch(5.55073358e-2f));
-    q = xsimd::fma(q, f, batch(2.40222424e-1f));
-    q = xsimd::fma(q, f, batch(6.93147004e-1f));
-    return xsimd::fma(q, f, batch(1.f));
+    for (int k = 0; k < G; ++k) z[k].v = poly::exp2_short(f[k]) * exponent_of(t[k]);
   }
   static batch exp2_f32(batch z) {
     pack p[1] = {{z}};
@@ -185,21 +219,10 @@ struct pack<T, W> {
     const batch f = r * batch(1.44269504f);
     const auto bits = (xsimd::to_int(n) + 127) << 23;
 #if defined(XSIMD_VERSION_MAJOR) && XSIMD_VERSION_MAJOR < 9
-    return poly_exp2(f) * xsimd::bitwise_cast<batch>(bits);
+    return poly::exp2_long(f) * xsimd::bitwise_cast<batch>(bits);
 #else
-    return poly_exp2(f) * xsimd::bitwise_cast<float>(bits);
+    return poly::exp2_long(f) * xsimd::bitwise_cast<float>(bits);
 #endif
-  }
-  // 2^f for |f| <= 1/2 (a little more is fine) for exp: 1 + f q(f) with q of degree 5, one degree
-  // more than exp2's, so that exp keeps 1.1e-7 after its two-step reduction (max relative error
-  // 1e-7 on 2^f, mean bias 1e-10).
-  static batch poly_exp2(batch f) {
-    batch q = xsimd::fma(batch(1.5353362e-4f), f, batch(1.3398875e-3f));
-    q = xsimd::fma(q, f, batch(9.6184369e-3f));
-    q = xsimd::fma(q, f, batch(5.5503324e-2f));
-    q = xsimd::fma(q, f, batch(2.4022648e-1f));
-    q = xsimd::fma(q, f, batch(6.9314718e-1f));
-    return xsimd::fma(q, f, batch(1.f));
   }
   // t = z + 1.5 * 2^23 rounded to an integer holds n = t - 1.5 * 2^23 in its low mantissa bits
   // (two's complement for n < 0); shifted left by 23 they become n in the exponent field and
@@ -217,6 +240,127 @@ struct pack<T, W> {
   static batch exponent_of(batch t) { return from_bits((bits_of(t) << 23) + ibatch(127 << 23)); }
   static batch add_exponent(batch p, batch t) { return from_bits(bits_of(p) + (bits_of(t) << 23)); }
 };
+#elif IATTN_SIMD_EMULATED
+// Emulated packs (tests only): IATTN_SIMD_EMULATE_WIDTH = F float lanes (F * 4 / sizeof(T) lanes of
+// T, so 16 gives AVX-512's 16 floats and 8 doubles) as plain arrays, every operation lane by lane.
+// A machine without that ISA then runs every kernel's wide path, its panel heights, register
+// blocks, tails and padding, at that width (docs/decisions.md, "Width 16 on every machine"). The
+// exponentials are the standard library's, so results match the oracles, not the hardware packs'
+// bits. Never for speed.
+template <class T>
+inline constexpr int width = IATTN_SIMD_EMULATE_WIDTH * 4 / int(sizeof(T)) > 1
+                                 ? IATTN_SIMD_EMULATE_WIDTH * 4 / int(sizeof(T))
+                                 : 1;
+
+template <class T, int W>
+  requires(W > 1 && W == width<T>)
+struct pack<T, W> {
+  T v[W];
+  template <class F>
+  static pack map(F f) {
+    pack r;
+    for (int k = 0; k < W; ++k) r.v[k] = f(k);
+    return r;
+  }
+  static pack load(const T* p) {
+    return map([&](int k) { return p[k]; });
+  }
+  static pack broadcast(T x) {
+    return map([&](int) { return x; });
+  }
+  static pack iota(T x0) {
+    return map([&](int k) { return x0 + T(k); });
+  }
+  void store(T* p) const {
+    for (int k = 0; k < W; ++k) p[k] = v[k];
+  }
+  void pin() {}
+  friend pack operator+(pack a, pack b) {
+    return map([&](int k) { return a.v[k] + b.v[k]; });
+  }
+  friend pack operator-(pack a, pack b) {
+    return map([&](int k) { return a.v[k] - b.v[k]; });
+  }
+  friend pack operator*(pack a, pack b) {
+    return map([&](int k) { return a.v[k] * b.v[k]; });
+  }
+  friend pack operator/(pack a, pack b) {
+    return map([&](int k) { return a.v[k] / b.v[k]; });
+  }
+  friend pack fma(pack a, pack b, pack c) {
+    return map([&](int k) { return std::fma(a.v[k], b.v[k], c.v[k]); });
+  }
+  friend pack exp(pack a) {
+    return map([&](int k) {
+      if constexpr (std::is_same_v<T, float>) return exp_f32(a.v[k]);
+      else return std::exp(a.v[k]);
+    });
+  }
+  friend pack exp2(pack a) {
+    return map([&](int k) {
+      if constexpr (std::is_same_v<T, float>) return exp2_f32(a.v[k], true);
+      else return std::exp2(a.v[k]);
+    });
+  }
+  template <int G>
+  friend void exp2_n(pack (&z)[G]) {
+    for (int g = 0; g < G; ++g) z[g] = exp2(z[g]);
+  }
+  template <int G>
+  friend void exp2_bounded_n(pack (&z)[G]) {
+    if constexpr (std::is_same_v<T, float>)
+      for (int g = 0; g < G; ++g)
+        for (int k = 0; k < W; ++k) {
+          const float t = z[g].v[k] + magic, f = z[g].v[k] - (t - magic);
+          z[g].v[k] = from_bits(bits_of(poly::exp2_short(f)) + (bits_of(t) << 23));
+        }
+    else
+      exp2_n(z);
+  }
+  // As the hardware's max and min (x86's maxps / minps): the second operand where either is NaN.
+  friend pack max(pack a, pack b) {
+    return map([&](int k) { return hw_max(a.v[k], b.v[k]); });
+  }
+  friend pack min(pack a, pack b) {
+    return map([&](int k) { return hw_min(a.v[k], b.v[k]); });
+  }
+  friend pack select_ge(pack a, pack b, pack x, pack y) {
+    return map([&](int k) { return a.v[k] >= b.v[k] ? x.v[k] : y.v[k]; });
+  }
+  friend pack log(pack a) {
+    return map([&](int k) { return std::log(a.v[k]); });
+  }
+  friend T reduce_add(pack a) {
+    T s = a.v[0];
+    for (int k = 1; k < W; ++k) s += a.v[k];
+    return s;
+  }
+
+ private:
+  // float: the hardware packs' kernels above, lane by lane, the same operations in the same order
+  // (so the same bits); double: the standard library's.
+  static constexpr float magic = 12582912.f;  // 1.5 * 2^23
+  static T hw_max(T a, T b) { return a > b ? a : b; }
+  static T hw_min(T a, T b) { return a < b ? a : b; }
+  static std::uint32_t bits_of(float a) { return std::bit_cast<std::uint32_t>(a); }
+  static float from_bits(std::uint32_t a) { return std::bit_cast<float>(a); }
+  static float exp2_f32(float z, bool clamp_high) {
+    z = hw_max(-127.f, z);
+    if (clamp_high) z = hw_min(128.f, z);
+    const float t = z + magic, f = z - (t - magic);
+    return poly::exp2_short(f) * from_bits((bits_of(t) << 23) + (127u << 23));
+  }
+  static float exp_f32(float x) {
+    x = hw_min(88.8f, hw_max(-88.8f, x));
+    const float n = std::nearbyint(hw_min(128.f, hw_max(-127.f, x * 1.44269504f)));
+    float r = std::fma(n, -0.693145752f, x);
+    r = std::fma(n, -1.42860677e-6f, r);
+    const float f = r * 1.44269504f;
+    // the truncating conversion's result for NaN (x86's cvttps2dq), without the undefined cast
+    const std::int32_t ni = std::isnan(n) ? std::numeric_limits<std::int32_t>::min() : std::int32_t(n);
+    return poly::exp2_long(f) * from_bits((std::uint32_t(ni) + 127u) << 23);
+  }
+};
 #else
 template <class T>
 inline constexpr int width = 1;
@@ -226,6 +370,8 @@ inline constexpr int width = 1;
 inline const char* isa_name() {
 #if IATTN_HAS_XSIMD
   return xsimd::default_arch::name();
+#elif IATTN_SIMD_EMULATED
+  return "emulated packs (tests only)";
 #else
   return "scalar (no xsimd)";
 #endif
