@@ -1,7 +1,8 @@
-// The emulated packs (simd.hpp, IATTN_SIMD_EMULATE_WIDTH) that let a machine without AVX-512 run
-// every kernel at width 16: their widths, and each operation lane by lane against the width-1 pack
-// (a plain scalar). tests/CMakeLists.txt compiles this file with the kernels' own tests into
-// wide_packs_test, whose other files then check the kernels at that width against their oracles.
+// The emulated packs (simd.hpp, IATTN_SIMD_EMULATE_WIDTH) that let any machine run every kernel at
+// a pack width its ISA lacks (16 floats without AVX-512, 8 with it): their widths, and each operation
+// lane by lane against the width-1 pack (a plain scalar) or x86's rule. tests/CMakeLists.txt compiles
+// this file with the kernels' own tests into emulated_width_test, whose other files then check the
+// kernels at that width against their oracles.
 #if defined(IATTN_CATCH2_V3)
 #include <catch2/catch_all.hpp>
 #else
@@ -32,7 +33,7 @@ void check_lanes(const pack<T, width<T>>& p, const T (&expected)[width<T>]) {
 
 }  // namespace
 
-TEST_CASE("emulated packs: the widths asked for", "[wide]") {
+TEST_CASE("emulated packs: the widths asked for", "[emulated]") {
 #if !IATTN_SIMD_EMULATED
   FAIL("built without IATTN_SIMD_EMULATE_WIDTH (or with xsimd): the kernels run at the native width");
 #else
@@ -42,7 +43,7 @@ TEST_CASE("emulated packs: the widths asked for", "[wide]") {
 #endif
 }
 
-TEMPLATE_TEST_CASE("emulated packs: every operation lane by lane", "[wide]", float, double) {
+TEMPLATE_TEST_CASE("emulated packs: every operation lane by lane", "[emulated]", float, double) {
   using T = TestType;
   constexpr int W = width<T>;
   STATIC_REQUIRE(W > 1);
