@@ -244,9 +244,9 @@ struct pack<T, W> {
 // Emulated packs (tests only): IATTN_SIMD_EMULATE_WIDTH = F float lanes (F * 4 / sizeof(T) lanes of
 // T, so 16 gives AVX-512's 16 floats and 8 doubles) as plain arrays, every operation lane by lane.
 // A machine without that ISA then runs every kernel's wide path, its panel heights, register
-// blocks, tails and padding, at that width (docs/decisions.md, "Width 16 on every machine"). The
-// exponentials are the standard library's, so results match the oracles, not the hardware packs'
-// bits. Never for speed.
+// blocks, tails and padding, at that width (docs/decisions.md, "Widths 1, 4, 8 and 16 on every
+// machine"). The float exponentials are the hardware packs' kernels lane by lane (the same bits),
+// the double ones the standard library's. Never for speed.
 template <class T>
 inline constexpr int width = IATTN_SIMD_EMULATE_WIDTH * 4 / int(sizeof(T)) > 1
                                  ? IATTN_SIMD_EMULATE_WIDTH * 4 / int(sizeof(T))
