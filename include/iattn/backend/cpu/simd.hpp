@@ -66,8 +66,10 @@ struct pack<T, 1> {
   friend void exp2_bounded_n(pack (&z)[G]) {
     exp2_n(z);
   }
-  friend pack max(pack a, pack b) { return {a.v < b.v ? b.v : a.v}; }
-  friend pack min(pack a, pack b) { return {b.v < a.v ? b.v : a.v}; }
+  /// As the packs' (x86's maxps / minps): the second operand where either is NaN, so a kernel's
+  /// width-1 tail treats NaN as its body lanes do.
+  friend pack max(pack a, pack b) { return {a.v > b.v ? a.v : b.v}; }
+  friend pack min(pack a, pack b) { return {a.v < b.v ? a.v : b.v}; }
   /// a >= b ? x : y, lane by lane.
   friend pack select_ge(pack a, pack b, pack x, pack y) { return {a.v >= b.v ? x.v : y.v}; }
   friend pack log(pack a) { return {std::log(a.v)}; }
