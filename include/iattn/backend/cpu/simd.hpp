@@ -342,8 +342,9 @@ struct pack<T, W> {
   // float: the hardware packs' kernels above, lane by lane, the same operations in the same order
   // (so the same bits); double: the standard library's.
   static constexpr float magic = 12582912.f;  // 1.5 * 2^23
-  static T hw_max(T a, T b) { return a > b ? a : b; }
-  static T hw_min(T a, T b) { return a < b ? a : b; }
+  // x86's NaN rule, as the width-1 pack keeps it
+  static T hw_max(T a, T b) { return max(pack<T, 1>{a}, pack<T, 1>{b}).v; }
+  static T hw_min(T a, T b) { return min(pack<T, 1>{a}, pack<T, 1>{b}).v; }
   static std::uint32_t bits_of(float a) { return std::bit_cast<std::uint32_t>(a); }
   static float from_bits(std::uint32_t a) { return std::bit_cast<float>(a); }
   static float exp2_f32(float z, bool clamp_high) {
