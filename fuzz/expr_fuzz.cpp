@@ -171,7 +171,7 @@ void check_float(const HF& hf, const std::vector<M>& ms) {
 /// past one block of their own (the channel mean's 64-token blocks and row groups, every channel's
 /// 16-row panels, several of them flipped): diag * S * diag * conv with a factored decay (Mamba-1),
 /// its sum with a flipped twin (Vision Mamba), or one decay per head (Mamba-2) or per state; in
-/// double (check) and in float (check_float).
+/// double (check) and in float (check_float). A last byte may add Mamba's skip D to the chain.
 void long_cores(reader& in, int variant) {
   const Index L = in.pick(0, 200), H = in.pick(1, 2), P = in.pick(1, 2), N = in.pick(1, 8), K = in.pick(1, 5);
   const Index D = H * P;
@@ -195,11 +195,13 @@ void long_cores(reader& in, int variant) {
       t.A = in.matrix(H, N, -2, 0);
     }
   }
-  auto term = [&]<class T>(const core& t, std::type_identity<T>) {
-    auto S = variant >= 2 ? iattn::semiseparable(t.lam.cast<T>().eval(), t.B.cast<T>().eval(), t.C.cast<T>().eval(), o)
-                          : iattn::semiseparable(iattn::factored_decay(t.dt.cast<T>().eval(), t.A.cast<T>().eval()),
-                                                 t.B.cast<T>().eval(), t.C.cast<T>().eval(), o);
-    return iattn::diagonal(post.cast<T>().eval()) * std::move(S) * iattn::diagonal(pre.cast<T>().eval()) *
+  auto core_of = [&]<class T>(const core& t, std::type_identity<T>) {
+    return variant >= 2 ? iattn::semiseparable(t.lam.cast<T>().eval(), t.B.cast<T>().eval(), t.C.cast<T>().eval(), o)
+                        : iattn::semiseparable(iattn::factored_decay(t.dt.cast<T>().eval(), t.A.cast<T>().eval()),
+                                               t.B.cast<T>().eval(), t.C.cast<T>().eval(), o);
+  };
+  auto term = [&]<class T>(const core& t, std::type_identity<T> ty) {
+    return iattn::diagonal(post.cast<T>().eval()) * core_of(t, ty) * iattn::diagonal(pre.cast<T>().eval()) *
            iattn::causal_conv(w.cast<T>().eval());
   };
   auto run = [&](auto build) {
@@ -210,6 +212,16 @@ void long_cores(reader& in, int variant) {
     run([&](auto ty) { return 0.5 * (term(k[0], ty) + iattn::flip(term(k[1], ty))); });
   else
     run([&](auto ty) { return term(k[0], ty); });
+  // Read after everything else (older inputs end before it: a 0 byte, no check): Mamba's skip D,
+  // diag(post) (S diag(dt) + diag(skip)) diag(pre) conv, the sum's diagonal added inside the scan's
+  // pass with the skip reading the row without dt (row_ops::skip_pre).
+  if (in.byte() % 2 == 0) return;
+  const M dt = in.matrix(L, D, 0, 2), skip = in.matrix(in.byte() % 2 ? L : 1, D, -2, 2);
+  run([&]<class T>(std::type_identity<T> ty) {
+    return iattn::diagonal(post.cast<T>().eval()) *
+           (core_of(k[0], ty) * iattn::diagonal(dt.cast<T>().eval()) + iattn::diagonal(skip.cast<T>().eval())) *
+           iattn::diagonal(pre.cast<T>().eval()) * iattn::causal_conv(w.cast<T>().eval());
+  });
 }
 
 }  // namespace

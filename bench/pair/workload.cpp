@@ -45,6 +45,24 @@ double mamba2_mean(Index L) {
   return timed(L, [](Index n) { return mamba2_decompose(w, sample_input(n, 768)); }, mean_of);
 }
 
+// apply into a kept (L, D) result (BM_apply_into), checked for a NaN.
+auto apply_of = [](const auto& layer) {
+  static Mat y;
+  if (y.rows() != layer.x.rows() || y.cols() != layer.x.cols()) y.resize(layer.x.rows(), layer.x.cols());
+  apply_into(y, layer.H, layer.x);
+  if (!(y(y.rows() - 1, 0) == y(y.rows() - 1, 0))) throw std::runtime_error("NaN in apply");
+};
+
+double mamba1_apply(Index L) {
+  static const auto w = mamba_init<float>({.d_model = 768, .d_state = 16}, 1);
+  return timed(L, [](Index n) { return mamba_decompose(w, sample_input(n, 768)); }, apply_of);
+}
+
+double mamba2_apply(Index L) {
+  static const auto w = mamba2_init<float>({.d_model = 768, .d_state = 128, .headdim = 64}, 2);
+  return timed(L, [](Index n) { return mamba2_decompose(w, sample_input(n, 768)); }, apply_of);
+}
+
 double vim_all(Index L) {
   static const auto w = vision_mamba_init<float>({.mamba = {.d_model = 384, .d_state = 16}}, 6);
   static std::unique_ptr<Tensor3<float>> out;  // reused across calls: BM_all_vim_reused
@@ -62,5 +80,8 @@ double PAIR_RUN(const char* name, long L) {
   if (c == "mamba1_mean") return mamba1_mean(L);
   if (c == "mamba2_mean") return mamba2_mean(L);
   if (c == "vim_all") return vim_all(L);
-  throw std::invalid_argument("unknown case '" + c + "' (expected mamba1_mean, mamba2_mean or vim_all)");
+  if (c == "mamba1_apply") return mamba1_apply(L);
+  if (c == "mamba2_apply") return mamba2_apply(L);
+  throw std::invalid_argument("unknown case '" + c +
+                              "' (expected mamba1_mean, mamba2_mean, vim_all, mamba1_apply or mamba2_apply)");
 }

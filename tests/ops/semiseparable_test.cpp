@@ -109,6 +109,95 @@ TEMPLATE_TEST_CASE("semiseparable: the chunked apply matches the dense oracle", 
     }
 }
 
+// A sum's diagonal inside the scan's own pass (row_ops::skip): Mamba's diag(g) (S diag(dt) + diag(D))
+// diag(p) conv and its variants stream through each form of the scan (across channels: factored,
+// one channel per head; per head: a per-state decay, head_dim 2; chunked: P = 72, N = 64), the
+// skip reading the row without the diagonals between the sum and the core (skip_inputs). apply
+// and apply_into (the caller's matrices in place, over stale values) against dense oracles made
+// of the heads' dense matrices by row and column scalings.
+TEMPLATE_TEST_CASE("semiseparable: a sum's diagonal inside the scan's pass", "[semiseparable][skip]", float, double) {
+  using T = TestType;
+  using namespace iattn;
+  struct skip_case {
+    const char* name;
+    Index H, P, N;
+    bool factored, per_state, strict;
+  };
+  for (const skip_case k : {skip_case{"across channels (factored, 19 channels)", 19, 1, 16, true, true, false},
+                            skip_case{"across channels, strict with bonus", 11, 1, 5, true, true, true},
+                            skip_case{"per head (per-state decay, head_dim 2)", 3, 2, 4, false, true, false},
+                            skip_case{"chunked (P = 72, N = 64)", 2, 72, 64, false, false, false}})
+    for (Index L : {Index(1), Index(7), Index(65), Index(130)}) {
+      INFO(k.name << ", L = " << L);
+      const Index D = k.H * k.P, N = k.N;
+      Mat<T> lam = uniform<T>(L, k.per_state ? k.H * N : k.H, -0.5, -0.001);
+      const Mat<T> dth = uniform<T>(L, k.H, 0.001, 0.5), A = -uniform<T>(k.H, N, 0.1, 2.0);
+      if (k.factored)
+        for (Index t = 0; t < L; ++t)
+          for (Index h = 0; h < k.H; ++h)
+            for (Index m = 0; m < N; ++m) lam(t, h * N + m) = dth(t, h) * A(h, m);
+      const Mat<T> B = normal<T>(L, N, 0.3), C = normal<T>(L, N, 0.3), u = normal<T>(k.H, N);
+      const semiseparable_options o{.heads = k.H, .head_dim = k.P, .strict = k.strict};
+      const auto S = k.factored ? (k.strict ? semiseparable(factored_decay(dth, A), B, C, u, o) : semiseparable(factored_decay(dth, A), B, C, o))
+                                : semiseparable(lam, B, C, o);
+      REQUIRE(cpu_detail::takes_chunked_apply(S) == (k.P >= cpu_detail::ssd_min_head_dim));
+      const Mat<T> x = normal<T>(L, D), g = normal<T>(L, D), g2 = normal<T>(L, D), p = normal<T>(L, D),
+                   dt = uniform<T>(L, D, 0.1, 1.5), dt2 = normal<T>(L, D), sk = normal<T>(1, D), skt = normal<T>(L, D),
+                   w = normal<T>(4, D);
+      const MatD ud = dd(u);
+      std::vector<MatD> heads;  // one dense matrix per head
+      for (Index h = 0; h < k.H; ++h)
+        heads.push_back(dense_semiseparable(dd(lam), dd(B), dd(C), k.H, k.P, 1, h * k.P, k.strict, k.strict ? &ud : nullptr));
+      auto col_of = [&](const Mat<T>& m, Index c) {
+        Eigen::VectorXd v(L);
+        for (Index t = 0; t < L; ++t) v(t) = double(m(m.rows() == 1 ? 0 : t, c));
+        return v;
+      };
+      auto ones = [&] { return Eigen::VectorXd::Ones(L); };
+      // diag(post) (diag(in_post) S diag(in_pre) + diag(skip)) diag(pre) [conv]
+      auto oracle = [&](Index c, const Eigen::VectorXd& post, const Eigen::VectorXd& in_post, const Eigen::VectorXd& in_pre,
+                        const Eigen::VectorXd& skip, const Eigen::VectorXd& pre, bool conv) {
+        MatD m = in_post.asDiagonal() * heads[std::size_t(c / k.P)] * in_pre.asDiagonal();
+        m.diagonal() += skip;
+        m = post.asDiagonal() * m * pre.asDiagonal();
+        if (!conv) return m;
+        MatD out = MatD::Zero(L, L);  // m times the Toeplitz band of w (PyTorch tap order)
+        for (Index t = 0; t < L; ++t)
+          for (Index s = 0; s <= t; ++s)
+            for (Index lag = 0; lag < w.rows() && s + lag <= t; ++lag) out(t, s) += m(t, s + lag) * double(w(w.rows() - 1 - lag, c));
+        return out;
+      };
+      const double tol = 10 * tolerance<T>();
+      auto check = [&](const char* what, const auto& e, auto&& oracle_of) {
+        INFO(what);
+        STATIC_REQUIRE(cpu_detail::streams_rows_v<T, std::remove_cvref_t<decltype(e)>>);
+        std::vector<MatD> O;
+        for (Index c = 0; c < D; ++c) O.push_back(oracle_of(c));
+        const MatD want = dense_apply([&](Index c) -> const MatD& { return O[std::size_t(c)]; }, dd(x));
+        check_close(apply(e, x), want, tol);
+        Mat<T> y = Mat<T>::Constant(L, D, T(7));  // apply_into over stale values: the caller's rows in place
+        apply_into(y, e, x);
+        check_close(y, want, tol);
+        const Index t = L / 2;  // row: the slab path's transposed scans, untouched by the skip
+        const MatD r = dd(row(e, t));
+        for (Index c : {Index(0), D - 1}) check_close(r.row(c), O[std::size_t(c)].row(t), tol);
+      };
+      check("diag * (S * diag + diag (1, D)) * diag * conv (Mamba)",
+            diagonal(g) * (S * diagonal(dt) + diagonal(sk)) * diagonal(p) * causal_conv(w),
+            [&](Index c) { return oracle(c, col_of(g, c), ones(), col_of(dt, c), col_of(sk, c), col_of(p, c), true); });
+      check("diag * (diag * S * diag * diag + diag (L, D)) * diag",
+            diagonal(g) * (diagonal(g2) * S * diagonal(dt) * diagonal(dt2) + diagonal(skt)) * diagonal(p),
+            [&](Index c) {
+              return oracle(c, col_of(g, c), col_of(g2, c), col_of(dt, c).cwiseProduct(col_of(dt2, c)), col_of(skt, c), col_of(p, c), false);
+            });
+      check("S * diag + diag", S * diagonal(dt) + diagonal(skt),
+            [&](Index c) { return oracle(c, ones(), ones(), col_of(dt, c), col_of(skt, c), ones(), false); });
+      check("diag * (S + diag) * diag * conv (the skip reads the core's row)",
+            diagonal(g) * (S + diagonal(sk)) * diagonal(p) * causal_conv(w),
+            [&](Index c) { return oracle(c, col_of(g, c), ones(), ones(), col_of(sk, c), col_of(p, c), true); });
+    }
+}
+
 TEST_CASE("semiseparable with lambda = 0 is masked linear attention", "[semiseparable]") {
   const Index L = 70, N = 6;
   const MatD lam = MatD::Zero(L, 1), B = normal<double>(L, N), C = normal<double>(L, N);

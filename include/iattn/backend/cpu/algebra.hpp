@@ -37,6 +37,7 @@ struct slab_eval<Sum<A, B>> {
         row_ops<T> s = sc;
         s.skip = diag_ref_of(n.right(), cx);
         s.skip_post = s.post.size();
+        s.skip_pre = s.pre.size();
         return cpu_detail::apply_scaled(n.left(), cx, c0, nc, x, y, s);
       }
     }

@@ -171,23 +171,29 @@ struct slab_eval<Product<A, B>> {
   }
 };
 
-/// The scans whose apply_scaled honours row_ops' strides (transition.hpp adds Transition), and those
-/// that also add row_ops::skip (Transition).
+/// The scans whose apply_scaled honours row_ops' strides (transition.hpp adds Transition), those
+/// that also add row_ops::skip (Semiseparable; Transition), and those of them that also take
+/// diagonals between the sum and the core, pre[skip_pre..) (Semiseparable: skip_inputs).
 template <class T, class Node>
 inline constexpr bool streaming_core_v = std::is_same_v<Node, Semiseparable<T>> || std::is_same_v<Node, LinearRecurrence<T>>;
 template <class T, class Node>
-inline constexpr bool takes_skip_v = false;
-
-/// True when apply_scaled(n, ...) reaches a core that takes row_ops::skip through left-hand scalings
-/// only (nothing between a sum and its core shapes the core's input, so the skip reads the same row).
+inline constexpr bool takes_skip_v = std::is_same_v<Node, Semiseparable<T>>;
 template <class T, class Node>
-constexpr bool skip_reaches(const Node*) {
-  return takes_skip_v<T, Node>;
+inline constexpr bool splits_skip_v = std::is_same_v<Node, Semiseparable<T>>;
+
+/// True when apply_scaled(n, ...) reaches a core that takes row_ops::skip through diagonals only:
+/// left-hand ones (the core's output scalings inside the sum) and right-hand ones (`inner`: its
+/// input scalings inside the sum, which the skip's row must not have, so only a core that splits
+/// its input rows takes them). Nothing else between a sum and its core: a convolution there would
+/// shape the core's input and not the skip's.
+template <class T, class Node>
+constexpr bool skip_reaches(const Node*, bool inner = false) {
+  return takes_skip_v<T, Node> && (!inner || splits_skip_v<T, Node>);
 }
 template <class T, class A, class B>
-constexpr bool skip_reaches(const Product<A, B>*) {
-  if constexpr (is_diag_chain_v<B, T>) return false;
-  else if constexpr (is_diag_chain_v<A, T>) return skip_reaches<T>(static_cast<const B*>(nullptr));
+constexpr bool skip_reaches(const Product<A, B>*, bool inner = false) {
+  if constexpr (is_diag_chain_v<B, T>) return skip_reaches<T>(static_cast<const A*>(nullptr), true);
+  else if constexpr (is_diag_chain_v<A, T>) return skip_reaches<T>(static_cast<const B*>(nullptr), inner);
   else return false;
 }
 

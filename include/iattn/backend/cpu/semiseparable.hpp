@@ -62,7 +62,8 @@ struct slab_eval<Semiseparable<T>> {
                   const row_ops<T>* sc) {
     if (n.factored() && n.head_dim() == 1) return run_across_channels(transposed, n, cx, c0, nc, x, y, sc);
     if (!transposed && takes_chunked_apply(n)) return run_chunked(n, cx, c0, nc, x, y, sc);
-    std::vector<T> xbuf(static_cast<std::size_t>(nc));
+    const skip_inputs<T> inputs(sc);
+    std::vector<T> xbuf(static_cast<std::size_t>(nc)), sbuf(inputs.split() ? std::size_t(nc) : 0);
     const Index L = cx.L, N = n.state(), P = n.head_dim();
     const bool per_state = n.per_state(), strict = n.strict();
     const Index Nd = per_state ? N : 1;
@@ -97,7 +98,8 @@ struct slab_eval<Semiseparable<T>> {
       }
       const T* Brow = Bc.row(t);
       const T* Crow = Cc.row(t);
-      const T* xt = input_row(sc, t, c0, nc, x, xbuf.data());
+      const T* skip = nullptr;  // the row a sum's diagonal reads (row_ops::skip)
+      const T* xt = inputs.rows(t, c0, nc, x, xbuf.data(), sbuf.data(), &skip);
       T* yt = output_row(sc, t, nc, y);
       for (const head_span& hs : spans) {
         const T* in = (transposed ? Crow : Brow) + hs.g_off;
@@ -111,7 +113,7 @@ struct slab_eval<Semiseparable<T>> {
             yt[j] = strict ? step_strict<false>(N, d, in, out, hs.bonus, xt[j], h) : step<false>(N, d, in, out, xt[j], h);
         }
       }
-      finish_row(sc, t, c0, nc, yt);
+      finish_row(sc, t, c0, nc, yt, skip);
     }
   }
 
@@ -142,12 +144,18 @@ struct slab_eval<Semiseparable<T>> {
                    ep = buffer(Tk);
     gemm_scratch<T> gs;
     T* const h = state.data();
+    // A sum's diagonal (row_ops::skip) reads each token's row shaped without the diagonals between
+    // the sum and the core: the chunk's such rows in sk, or where they are x's own or xin's rows,
+    // there (skips).
+    const skip_inputs<T> inputs(sc);
+    std::vector<T> sk = buffer(inputs.split() ? Tk * nc : 0);
+    std::vector<const T*> skips(static_cast<std::size_t>(Tk));
     for (Index t0 = 0; t0 < L; t0 += Tk) {
       const Index tc = std::min(Tk, L - t0);
       const bool carry = t0 > 0, pass_on = t0 + tc < L;  // a state comes in / goes out
       for (Index i = 0; i < tc; ++i) {
         T* row = xin.data() + i * nc;
-        const T* in = input_row(sc, t0 + i, c0, nc, x, row);
+        const T* in = inputs.rows(t0 + i, c0, nc, x, row, sk.data() + (inputs.split() ? i * nc : 0), &skips[std::size_t(i)]);
         if (in != row) std::copy(in, in + nc, row);
       }
       T* Y = output_row(sc, t0, nc, y);
@@ -202,7 +210,7 @@ struct slab_eval<Semiseparable<T>> {
           gemm(gs, N, wr, tc, T(1), BgT.data(), Tk, xs.data() + r.j0, nc, true, h + r.j0, nc, true);
         }
       }
-      for (Index i = 0; i < tc; ++i) finish_row(sc, t0 + i, c0, nc, output_row(sc, t0 + i, nc, y));
+      for (Index i = 0; i < tc; ++i) finish_row(sc, t0 + i, c0, nc, output_row(sc, t0 + i, nc, y), skips[std::size_t(i)]);
     }
   }
   // out[i] = exp(in[i]) for i < count (out may be in).
@@ -218,7 +226,8 @@ struct slab_eval<Semiseparable<T>> {
   // register. No horizontal reductions, and L*nc + nc*N decay inputs instead of L*nc*N.
   static void run_across_channels(bool transposed, const Semiseparable<T>& n, const context& cx, Index c0, Index nc,
                                   const T* x, T* y, const row_ops<T>* sc) {
-    std::vector<T> xbuf(static_cast<std::size_t>(nc));
+    const skip_inputs<T> inputs(sc);
+    std::vector<T> xbuf(static_cast<std::size_t>(nc)), sbuf(inputs.split() ? std::size_t(nc) : 0);
     const Index L = cx.L, N = n.state();
     const bool strict = n.strict();
     const auto& dt = n.lambda();
@@ -271,11 +280,13 @@ struct slab_eval<Semiseparable<T>> {
       for (const auto* fs : {&sc->pre, &sc->post})
         for (const diag_ref<T>& f : *fs)
           if (!f.constant) add_stream(f.data + c0, f.cols);
+      if (sc->skip && !sc->skip->constant) add_stream(sc->skip->data + c0, sc->skip->cols);
       if (sc->ldx) add_stream(x, sc->ldx);
     }
     char* const ybase = sc && sc->ldy ? reinterpret_cast<char*>(y) : nullptr;
-    // One output factor (Mamba-1's gate) scales each pack as the kernel stores it.
-    const bool one_post = sc && sc->post.size() == 1;
+    // One output factor (a gate) scales each pack as the kernel stores it, where no sum's diagonal
+    // is added before it (Mamba-1's skip D: then finish_row's pass over the row, in L1).
+    const bool one_post = sc && sc->post.size() == 1 && !sc->skip;
     const Index ystride = sc ? sc->ldy * Index(sizeof(T)) : 0;
     for (Index i = 0; i < L; ++i) {
       const Index t = transposed ? L - 1 - i : i;
@@ -287,7 +298,8 @@ struct slab_eval<Semiseparable<T>> {
       const int npf = ahead >= 0 && ahead < L ? nreads : 0;
       for (int q = 0; q < npf; ++q) pf[q] = reads[q].base + ahead * reads[q].stride;
       char* const pfw = npf && ybase ? ybase + ahead * ystride : nullptr;
-      const T* xt = input_row(sc, t, c0, nc, x, xbuf.data());
+      const T* skip = nullptr;  // the row a sum's diagonal reads (row_ops::skip)
+      const T* xt = inputs.rows(t, c0, nc, x, xbuf.data(), sbuf.data(), &skip);
       T* yt = output_row(sc, t, nc, y);
       const T* post = one_post ? sc->post[0].row(t) + c0 : nullptr;  // else finish_row scales yt
       for (const group_run& run : runs) {
@@ -315,7 +327,7 @@ struct slab_eval<Semiseparable<T>> {
           else sweep.template operator()<false, false>();
         }
       }
-      if (!one_post) finish_row(sc, t, c0, nc, yt);
+      if (!one_post) finish_row(sc, t, c0, nc, yt, skip);
     }
   }
 

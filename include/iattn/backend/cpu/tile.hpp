@@ -17,6 +17,7 @@
 #include <Eigen/Core>
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -83,7 +84,9 @@ struct conv_term {
 /// A sum core + diag(skip) (RWKV's bonus, a skip connection) that only a node with skip support
 /// reaches (algebra.hpp) sets `skip`: then
 ///   y_t = post[0..skip_post) * (post[skip_post..) * core_t + skip_t * in_t),
-/// in_t being the shaped input row the core read.
+/// in_t being the input row shaped by the factors outside the sum (conv and pre[0..skip_pre));
+/// the core reads in_t times pre[skip_pre..), the diagonals between the sum and the core (Mamba's
+/// S diag(dt) + diag(D): only a node that splits its input rows, skip_inputs, is given those).
 template <class T>
 struct row_ops {
   std::vector<diag_ref<T>> pre, post;
@@ -97,7 +100,7 @@ struct row_ops {
   /// the slab's first row and x unused (apply_slabs_into's row; LinearRecurrence::row_scaled).
   Index row_t = -1;
   std::optional<diag_ref<T>> skip;
-  std::size_t skip_post = 0;
+  std::size_t skip_post = 0, skip_pre = 0;
   bool shapes_input() const { return conv != nullptr || !conv_sum.empty() || !pre.empty(); }
   Index x_stride(Index nc) const { return ldx ? ldx : nc; }
   Index y_stride(Index nc) const { return ldy ? ldy : nc; }
@@ -236,6 +239,37 @@ const T* input_row(const row_ops<T>* sc, Index t, Index c0, Index nc, const T* x
   shape_row(*sc, t, c0, nc, x, ld, buf);
   return buf;
 }
+/// A scan's input rows where it may add a sum's diagonal (row_ops::skip): the row the skip reads
+/// (shaped by the convolution and pre[0..skip_pre)) and the row the core reads (that one times
+/// pre[skip_pre..)), formed in one pass of the shaping per token; without a skip, or without
+/// factors between the sum and the core, one row as input_row forms it.
+template <class T>
+class skip_inputs {
+ public:
+  explicit skip_inputs(const row_ops<T>* sc) : sc_(sc) {
+    if (sc && sc->skip && sc->skip_pre < sc->pre.size()) {
+      outer_ = *sc;
+      outer_.pre.resize(sc->skip_pre);
+      inner_.assign(sc->pre.begin() + std::ptrdiff_t(sc->skip_pre), sc->pre.end());
+    }
+  }
+  /// Token t's row for the core, in buf or x's own row; *skip = the skip's row, in sbuf, x's own
+  /// row or the core's (x the slab's first row, as input_row takes it).
+  const T* rows(Index t, Index c0, Index nc, const T* x, T* buf, T* sbuf, const T** skip) const {
+    if (inner_.empty()) return *skip = input_row(sc_, t, c0, nc, x, buf);
+    *skip = input_row(&outer_, t, c0, nc, x, sbuf);
+    scale_row(inner_, t, c0, nc, *skip, buf);
+    return buf;
+  }
+  /// Whether the skip's row and the core's differ (the callers' second buffer is needed).
+  bool split() const { return !inner_.empty(); }
+
+ private:
+  const row_ops<T>* sc_;
+  row_ops<T> outer_;
+  std::vector<diag_ref<T>> inner_;
+};
+
 /// Row t of a scan's output (y is the slab's first row).
 template <class T>
 T* output_row(const row_ops<T>* sc, Index t, Index nc, T* y) {
