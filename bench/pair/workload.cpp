@@ -35,16 +35,6 @@ auto mean_of = [](const auto& layer) {
   if (!(m(m.rows() - 1, 0) == m(m.rows() - 1, 0))) throw std::runtime_error("NaN in the channel mean");
 };
 
-double mamba1_mean(Index L) {
-  static const auto w = mamba_init<float>({.d_model = 768, .d_state = 16}, 1);
-  return timed(L, [](Index n) { return mamba_decompose(w, sample_input(n, 768)); }, mean_of);
-}
-
-double mamba2_mean(Index L) {
-  static const auto w = mamba2_init<float>({.d_model = 768, .d_state = 128, .headdim = 64}, 2);
-  return timed(L, [](Index n) { return mamba2_decompose(w, sample_input(n, 768)); }, mean_of);
-}
-
 // apply into a kept (L, D) result (BM_apply_into), checked for a NaN.
 auto apply_of = [](const auto& layer) {
   static Mat y;
@@ -53,15 +43,20 @@ auto apply_of = [](const auto& layer) {
   if (!(y(y.rows() - 1, 0) == y(y.rows() - 1, 0))) throw std::runtime_error("NaN in apply");
 };
 
-double mamba1_apply(Index L) {
+// The models' layers at length n, from the suite's weights.
+auto mamba1_layer = [](Index n) {
   static const auto w = mamba_init<float>({.d_model = 768, .d_state = 16}, 1);
-  return timed(L, [](Index n) { return mamba_decompose(w, sample_input(n, 768)); }, apply_of);
-}
-
-double mamba2_apply(Index L) {
+  return mamba_decompose(w, sample_input(n, 768));
+};
+auto mamba2_layer = [](Index n) {
   static const auto w = mamba2_init<float>({.d_model = 768, .d_state = 128, .headdim = 64}, 2);
-  return timed(L, [](Index n) { return mamba2_decompose(w, sample_input(n, 768)); }, apply_of);
-}
+  return mamba2_decompose(w, sample_input(n, 768));
+};
+
+double mamba1_mean(Index L) { return timed(L, mamba1_layer, mean_of); }
+double mamba2_mean(Index L) { return timed(L, mamba2_layer, mean_of); }
+double mamba1_apply(Index L) { return timed(L, mamba1_layer, apply_of); }
+double mamba2_apply(Index L) { return timed(L, mamba2_layer, apply_of); }
 
 double vim_all(Index L) {
   static const auto w = vision_mamba_init<float>({.mamba = {.d_model = 384, .d_state = 16}}, 6);
