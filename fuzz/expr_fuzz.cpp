@@ -212,7 +212,8 @@ void long_cores(reader& in, int variant) {
     run([&](auto ty) { return 0.5 * (term(k[0], ty) + iattn::flip(term(k[1], ty))); });
   else
     run([&](auto ty) { return term(k[0], ty); });
-  // Read after everything else (older inputs end before it: a 0 byte, no check): Mamba's skip D,
+  // Read after everything else, so the saved inputs keep what they checked (one that ends before
+  // it reads a 0 byte: no check; one with bytes left may gain this check): Mamba's skip D,
   // diag(post) (S diag(dt) + diag(skip)) diag(pre) conv, the sum's diagonal added inside the scan's
   // pass with the skip reading the row without dt (row_ops::skip_pre).
   if (in.byte() % 2 == 0) return;
