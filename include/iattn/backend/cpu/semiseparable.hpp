@@ -62,8 +62,7 @@ struct slab_eval<Semiseparable<T>> {
                   const row_ops<T>* sc) {
     if (n.factored() && n.head_dim() == 1) return run_across_channels(transposed, n, cx, c0, nc, x, y, sc);
     if (!transposed && takes_chunked_apply(n)) return run_chunked(n, cx, c0, nc, x, y, sc);
-    const skip_inputs<T> inputs(sc);
-    std::vector<T> xbuf(static_cast<std::size_t>(nc)), sbuf(inputs.split() ? std::size_t(nc) : 0);
+    skip_inputs<T> inputs(sc, nc);
     const Index L = cx.L, N = n.state(), P = n.head_dim();
     const bool per_state = n.per_state(), strict = n.strict();
     const Index Nd = per_state ? N : 1;
@@ -99,7 +98,7 @@ struct slab_eval<Semiseparable<T>> {
       const T* Brow = Bc.row(t);
       const T* Crow = Cc.row(t);
       const T* skip = nullptr;  // the row a sum's diagonal reads (row_ops::skip)
-      const T* xt = inputs.rows(t, c0, nc, x, xbuf.data(), sbuf.data(), &skip);
+      const T* xt = inputs.rows(t, c0, nc, x, &skip);
       T* yt = output_row(sc, t, nc, y);
       for (const head_span& hs : spans) {
         const T* in = (transposed ? Crow : Brow) + hs.g_off;
@@ -226,8 +225,7 @@ struct slab_eval<Semiseparable<T>> {
   // register. No horizontal reductions, and L*nc + nc*N decay inputs instead of L*nc*N.
   static void run_across_channels(bool transposed, const Semiseparable<T>& n, const context& cx, Index c0, Index nc,
                                   const T* x, T* y, const row_ops<T>* sc) {
-    const skip_inputs<T> inputs(sc);
-    std::vector<T> xbuf(static_cast<std::size_t>(nc)), sbuf(inputs.split() ? std::size_t(nc) : 0);
+    skip_inputs<T> inputs(sc, nc);
     const Index L = cx.L, N = n.state();
     const bool strict = n.strict();
     const auto& dt = n.lambda();
@@ -299,7 +297,7 @@ struct slab_eval<Semiseparable<T>> {
       for (int q = 0; q < npf; ++q) pf[q] = reads[q].base + ahead * reads[q].stride;
       char* const pfw = npf && ybase ? ybase + ahead * ystride : nullptr;
       const T* skip = nullptr;  // the row a sum's diagonal reads (row_ops::skip)
-      const T* xt = inputs.rows(t, c0, nc, x, xbuf.data(), sbuf.data(), &skip);
+      const T* xt = inputs.rows(t, c0, nc, x, &skip);
       T* yt = output_row(sc, t, nc, y);
       const T* post = one_post ? sc->post[0].row(t) + c0 : nullptr;  // else finish_row scales yt
       for (const group_run& run : runs) {

@@ -246,12 +246,16 @@ const T* input_row(const row_ops<T>* sc, Index t, Index c0, Index nc, const T* x
 template <class T>
 class skip_inputs {
  public:
-  explicit skip_inputs(const row_ops<T>* sc) : sc_(sc) {
+  /// With nc > 0, rows(t, c0, nc, x, skip) forms the rows in buffers of its own of nc entries;
+  /// a scan that keeps several tokens' rows (the chunked one) passes its own with nc = 0.
+  explicit skip_inputs(const row_ops<T>* sc, Index nc = 0) : sc_(sc) {
     if (sc && sc->skip && sc->skip_pre < sc->pre.size()) {
       outer_ = *sc;
       outer_.pre.resize(sc->skip_pre);
       inner_.assign(sc->pre.begin() + std::ptrdiff_t(sc->skip_pre), sc->pre.end());
     }
+    buf_.resize(std::size_t(nc));
+    sbuf_.resize(split() ? std::size_t(nc) : 0);
   }
   /// Token t's row for the core, in buf or x's own row; *skip = the skip's row, in sbuf, x's own
   /// row or the core's (x the slab's first row, as input_row takes it).
@@ -261,6 +265,10 @@ class skip_inputs {
     scale_row(inner_, t, c0, nc, *skip, buf);
     return buf;
   }
+  /// The same in the object's own buffers (constructed with this nc); valid until the next call.
+  const T* rows(Index t, Index c0, Index nc, const T* x, const T** skip) {
+    return rows(t, c0, nc, x, buf_.data(), sbuf_.data(), skip);
+  }
   /// Whether the skip's row and the core's differ (the callers' second buffer is needed).
   bool split() const { return !inner_.empty(); }
 
@@ -268,6 +276,7 @@ class skip_inputs {
   const row_ops<T>* sc_;
   row_ops<T> outer_;
   std::vector<diag_ref<T>> inner_;
+  std::vector<T> buf_, sbuf_;
 };
 
 /// Row t of a scan's output (y is the slab's first row).
