@@ -729,6 +729,7 @@ IATTN_MODEL_BENCH(griffin)
 IATTN_MODEL_BENCH(rwkv4)
 BENCHMARK_TEMPLATE(BM_apply_into, mamba1)->Apply(lengths);
 BENCHMARK_TEMPLATE(BM_apply_into, griffin)->Apply(lengths);
+BENCHMARK_TEMPLATE(BM_apply_into, vision_mamba_small)->Apply(lengths);
 BENCHMARK_TEMPLATE(BM_row_into, griffin)->Apply(lengths);
 BENCHMARK_TEMPLATE(BM_apply_into_cold, griffin)->Apply(lengths);
 BENCHMARK_TEMPLATE(BM_row_into_cold, griffin)->Apply(lengths);

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Compares two versions of the headers in one process, call against call (bench/pair/).
 #
-#   bench/pair_ab.sh [--case mamba1_mean|mamba2_mean|vim_all|mamba1_apply|mamba2_apply] [--length L] [--pairs P]
+#   bench/pair_ab.sh [--case mamba1_mean|mamba2_mean|vim_all|mamba1_apply|mamba2_apply|vim_apply] [--length L] [--pairs P]
 #                    [--threads T] A B
 #
 # A and B: a git revision of this repository (its include/ is exported) or a directory holding
@@ -37,9 +37,9 @@ while [ $# -gt 0 ]; do
 done
 [ ${#specs[@]} -eq 2 ] || { echo "pair_ab.sh: expected two versions A and B, got ${#specs[@]}" >&2; usage; }
 case "$name" in
-  mamba1_mean|mamba2_mean|mamba1_apply|mamba2_apply) : "${length:=1024}" ;;
+  mamba1_mean|mamba2_mean|mamba1_apply|mamba2_apply|vim_apply) : "${length:=1024}" ;;
   vim_all) : "${length:=197}" ;;
-  *) echo "pair_ab.sh: unknown --case '$name' (expected mamba1_mean, mamba2_mean, vim_all, mamba1_apply or mamba2_apply)" >&2; exit 2 ;;
+  *) echo "pair_ab.sh: unknown --case '$name' (expected mamba1_mean, mamba2_mean, vim_all, mamba1_apply, mamba2_apply or vim_apply)" >&2; exit 2 ;;
 esac
 for v in "length=$length" "pairs=$pairs" ${threads:+"threads=$threads"}; do
   [[ "${v#*=}" =~ ^[1-9][0-9]*$ ]] ||

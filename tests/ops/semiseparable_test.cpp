@@ -168,9 +168,7 @@ TEMPLATE_TEST_CASE("semiseparable: a sum's diagonal inside the scan's pass", "[s
         return out;
       };
       const double tol = 10 * tolerance<T>();
-      auto check = [&](const char* what, const auto& e, auto&& oracle_of) {
-        INFO(what);
-        STATIC_REQUIRE(cpu_detail::streams_rows_v<T, std::remove_cvref_t<decltype(e)>>);
+      auto verify = [&](const auto& e, auto&& oracle_of) {
         std::vector<MatD> O;
         for (Index c = 0; c < D; ++c) O.push_back(oracle_of(c));
         const MatD want = dense_apply([&](Index c) -> const MatD& { return O[std::size_t(c)]; }, dd(x));
@@ -181,6 +179,11 @@ TEMPLATE_TEST_CASE("semiseparable: a sum's diagonal inside the scan's pass", "[s
         const Index t = L / 2;  // row: the slab path's transposed scans, untouched by the skip
         const MatD r = dd(row(e, t));
         for (Index c : {Index(0), D - 1}) check_close(r.row(c), O[std::size_t(c)].row(t), tol);
+      };
+      auto check = [&](const char* what, const auto& e, auto&& oracle_of) {
+        INFO(what);
+        STATIC_REQUIRE(cpu_detail::streams_rows_v<T, std::remove_cvref_t<decltype(e)>>);
+        verify(e, oracle_of);
       };
       check("diag * (S * diag + diag (1, D)) * diag * conv (Mamba)",
             diagonal(g) * (S * diagonal(dt) + diagonal(sk)) * diagonal(p) * causal_conv(w),
@@ -195,6 +198,24 @@ TEMPLATE_TEST_CASE("semiseparable: a sum's diagonal inside the scan's pass", "[s
       check("diag * (S + diag) * diag * conv (the skip reads the core's row)",
             diagonal(g) * (S + diagonal(sk)) * diagonal(p) * causal_conv(w),
             [&](Index c) { return oracle(c, col_of(g, c), ones(), ones(), col_of(sk, c), col_of(p, c), true); });
+      // A chain and the flip of another, summed and scaled (Vision Mamba's s (H_f + J H_b J)), each
+      // with its skip inside its scan, on the slab path (streaming the first term into the caller's
+      // rows was measured no faster: docs/performance.md, session 50).
+      const auto fwd = diagonal(g) * (S * diagonal(dt) + diagonal(sk)) * diagonal(p) * causal_conv(w);
+      const auto bwd = diagonal(g2) * (S * diagonal(dt2) + diagonal(skt)) * causal_conv(w);
+      auto fwd_of = [&](Index c) { return oracle(c, col_of(g, c), ones(), col_of(dt, c), col_of(sk, c), col_of(p, c), true); };
+      auto bwd_of = [&](Index c) {
+        return dense_flip(oracle(c, col_of(g2, c), ones(), col_of(dt2, c), col_of(skt, c), ones(), true));
+      };
+      auto check_flip = [&](const char* what, const auto& e, auto&& oracle_of) {
+        INFO(what);
+        STATIC_REQUIRE(!cpu_detail::streams_rows_v<T, std::remove_cvref_t<decltype(e)>>);
+        verify(e, oracle_of);
+      };
+      check_flip("0.5 * (chain + flip(chain)) (Vision Mamba)", 0.5 * (fwd + flip(bwd)),
+                 [&](Index c) { return MatD(0.5 * (fwd_of(c) + bwd_of(c))); });
+      check_flip("chain + flip(chain)", fwd + flip(bwd), [&](Index c) { return MatD(fwd_of(c) + bwd_of(c)); });
+      check_flip("2 * (-3 * flip(chain))", 2.0 * (-3.0 * flip(bwd)), [&](Index c) { return MatD(-6.0 * bwd_of(c)); });
     }
 }
 
