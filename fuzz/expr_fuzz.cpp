@@ -6,7 +6,8 @@
 // lengths up to 140: more than two chunks of the tiles and four of apply), whose apply (chunked or
 // recurrent), materialize (chunk summaries by either form) and row/col (transposed scans) are
 // independent paths; first bytes 224-239 Mamba-like terms at lengths up to 200; the other first
-// bytes keep their kinds (byte % 8). Every expression's whole-matrix paths (materialize_all, the
+// bytes keep their kinds (byte % 8), and a byte after the Mamba-like terms may add heads of 64 and
+// more channels (the chunked scan's shape). Every expression's whole-matrix paths (materialize_all, the
 // channel, abs, range and head means) are checked against its per-channel matrices too.
 #include <iattn/iattn.hpp>
 
@@ -16,6 +17,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <random>
+#include <tuple>
 #include <type_traits>
 #include <vector>
 
@@ -225,6 +228,62 @@ void long_cores(reader& in, int variant) {
   });
 }
 
+/// After long_cores, a byte may add Mamba-2's own shape: heads of at least ssd_min_head_dim channels
+/// and ssd_min_state states with one decay per head, the one shape whose apply takes the chunked
+/// (SSD) form (semiseparable.hpp's run_chunked); the heads above have at most two channels. The
+/// shapes, the resets, the skip and the terms come from bytes; the bulk values (x, B, C, the
+/// diagonals: thousands of entries) from a generator seeded by two bytes, so that a short input
+/// still draws them from their whole ranges. Only apply is checked (double and float), against
+/// the materialized matrices of a few channels (each head's first and last): the full check of
+/// every channel's matrix and mean takes 20-40 s an input at these sizes under the fuzzer's
+/// instrumentation, past scripts/fuzz.sh's 10 s timeout.
+void wide_heads(reader& in) {
+  const Index L = in.pick(1, 80), H = in.pick(1, 2), P = 64 + in.pick(0, 1), N = 64 + in.pick(0, 2), K = in.pick(1, 4);
+  const Index D = H * P;
+  const std::uint32_t lo = in.byte(), hi = in.byte();  // named: the order of reads is fixed
+  std::mt19937 gen(lo | hi << 8);
+  auto draw = [&](Index r, Index c, double lo, double hi) {
+    std::uniform_real_distribution<double> u(lo, hi);
+    M m(r, c);
+    for (Index k = 0; k < m.size(); ++k) m.data()[k] = u(gen);
+    return m;
+  };
+  M lam = draw(L, H, -1, 0);
+  for (Index r = in.pick(0, 3); r > 0; --r) {
+    const Index t = in.pick(0, L - 1), h = in.pick(0, H - 1);
+    lam(t, h) = -std::numeric_limits<double>::infinity();
+  }
+  const M B = draw(L, N, -1, 1), C = draw(L, N, -1, 1), x = draw(L, D, -2, 2), post = draw(L, D, -2, 2), dt = draw(L, D, 0, 2),
+          pre = draw(L, D, 0, 2), w = draw(K, D, -1, 1);
+  const M skip = draw(in.byte() % 2 ? L : 1, D, -2, 2);
+  const int terms = in.byte() % 3;
+  auto build = [&]<class T>(std::type_identity<T>) {
+    auto d = [](const M& m) { return iattn::diagonal(m.cast<T>().eval()); };
+    auto S = iattn::semiseparable(lam.cast<T>().eval(), B.cast<T>().eval(), C.cast<T>().eval(), {.heads = H, .head_dim = P});
+    if (!iattn::cpu_detail::takes_chunked_apply(S)) std::abort();  // the shape this check is for
+    auto chain = d(post) * (S * d(dt) + d(skip)) * d(pre) * iattn::causal_conv(w.cast<T>().eval());
+    // 0: the core times the convolution; 1: Mamba-2's chain with the skip D (its sum's diagonal
+    // inside the chunked scan's pass); 2: that chain's sum with its flip (a bidirectional Mamba-2).
+    return std::tuple{S * iattn::causal_conv(w.cast<T>().eval()), chain, 0.5 * (chain + iattn::flip(chain))};
+  };
+  auto verify = [&](const auto& h, const auto& hf) {
+    const M y = iattn::apply(h, x);
+    const double scale = 1.0 + y.cwiseAbs().maxCoeff() + x.cwiseAbs().maxCoeff();
+    for (Index g = 0; g < H; ++g)
+      for (Index c : {g * P, g * P + P - 1}) {
+        const M m = iattn::materialize(h, c, L);
+        if (!((m * x.col(c) - y.col(c)).cwiseAbs().maxCoeff() <= 1e-8 * scale * (1.0 + m.cwiseAbs().maxCoeff()))) std::abort();
+      }
+    const M yf = iattn::apply(hf, iattn::Matrix<float>(x.cast<float>())).template cast<double>();
+    if (!close(yf, y, 1e-3)) std::abort();
+  };
+  const auto hd = build(std::type_identity<double>{});
+  const auto hf = build(std::type_identity<float>{});
+  if (terms == 0) verify(std::get<0>(hd), std::get<0>(hf));
+  else if (terms == 1) verify(std::get<1>(hd), std::get<1>(hf));
+  else verify(std::get<2>(hd), std::get<2>(hf));
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
@@ -236,6 +295,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   }
   if (first >= 224) {
     long_cores(in, first % 4);
+    if (in.byte() % 2) wide_heads(in);  // read after long_cores' bytes: older inputs keep their meaning
     return 0;
   }
   const int kind = first % 8;
